@@ -1,0 +1,266 @@
+"""Typed, frozen specs of a fabric: links, ECN marking, ECMP, transport, topology.
+
+Every spec is built from plain data (a scenario file's dicts) by a ``from_dict`` that rejects unknown keys and
+impossible values with a ``SpecError`` naming the key path and the reason. Nothing here touches the system.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Mapping, cast
+
+from testbed.units import Size, UnitError, parse_duration, parse_rate, parse_size
+
+# The most this 2-core machine kind emulates faithfully per link (machine.md: one flow is accurate to about
+# 200 Mbit/s; HTB from 100 kbit/s up to that). Scenarios state higher real-world rates with a scale factor.
+MIN_RATE_BPS = 100_000
+MAX_RATE_BPS = 1_000_000_000
+ETH_HEADER = 14
+
+
+class SpecError(ValueError):
+    """A scenario value that cannot be built: names the key path and the reason."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.path = path
+        self.reason = reason
+
+
+def check_keys(data: Mapping[str, Any], allowed: set[str], path: str, required: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    if not isinstance(data, Mapping):
+        raise SpecError(path, f"expected a mapping, got {type(data).__name__} {data!r}")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}" if path else unknown[0], f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(data))
+    if missing:
+        raise SpecError(f"{path}.{missing[0]}" if path else missing[0], "required key is missing")
+
+
+def _sub(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _unit(path: str, fn: Any, value: Any, *args: Any) -> Any:
+    try:
+        return fn(value, *args)
+    except UnitError as exc:
+        raise SpecError(path, str(exc)) from None
+
+
+def _int(path: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(path, f"expected an integer, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        raise SpecError(path, f"must be in [{lo}, {hi if hi is not None else 'inf'}], got {value}")
+    return value
+
+
+def _float(path: str, value: Any, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(path, f"expected a number, got {value!r}")
+    if not lo <= float(value) <= hi:
+        raise SpecError(path, f"must be in [{lo}, {hi}], got {value}")
+    return float(value)
+
+
+def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value is False and "off" in choices:  # YAML reads a bare `off` as False
+        return "off"
+    if value not in choices:
+        raise SpecError(path, f"must be one of {', '.join(choices)}, got {value!r}")
+    return cast(str, value)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ECN marking
+
+
+MarkMode = Literal["off", "step", "ramp"]
+MarkImpl = Literal["auto", "kernel", "bpf"]
+
+
+@dataclass(frozen=True)
+class Marking:
+    """Switch-style ECN marking on an egress queue.
+
+    - ``off``: drop-tail.
+    - ``step``: mark CE on every ECT packet arriving when the instantaneous queue is >= ``k`` (DCTCP-style).
+    - ``ramp``: mark with probability rising linearly from 0 at ``kmin`` to ``pmax`` at ``kmax``, 1 above ``kmax``
+      (DCQCN-style WRED).
+    ``impl`` picks the implementation: kernel ``sch_red`` or the project's eBPF marker; ``auto`` chooses from the
+    capability probe.
+    """
+
+    mode: MarkMode = "off"
+    k: Size | None = None
+    kmin: Size | None = None
+    kmax: Size | None = None
+    pmax: float | None = None
+    impl: MarkImpl = "auto"
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str) -> Marking:
+        if data is None or data is False or data == "off":
+            return cls()
+        check_keys(data, {"mode", "k", "kmin", "kmax", "pmax", "impl"}, path, {"mode"})
+        mode = cast(MarkMode, _choice(_sub(path, "mode"), data["mode"], ("off", "step", "ramp")))
+        impl = cast(MarkImpl, _choice(_sub(path, "impl"), data.get("impl", "auto"), ("auto", "kernel", "bpf")))
+        if mode == "off":
+            extra = sorted(set(data) - {"mode", "impl"})
+            if extra:
+                raise SpecError(_sub(path, extra[0]), "only meaningful when mode is step or ramp")
+            return cls(impl=impl)
+        if mode == "step":
+            check_keys(data, {"mode", "k", "impl"}, path, {"k"})
+            return cls(mode, k=_unit(_sub(path, "k"), parse_size, data["k"]), impl=impl)
+        check_keys(data, {"mode", "kmin", "kmax", "pmax", "impl"}, path, {"kmin", "kmax", "pmax"})
+        kmin = _unit(_sub(path, "kmin"), parse_size, data["kmin"])
+        kmax = _unit(_sub(path, "kmax"), parse_size, data["kmax"])
+        pmax = _float(_sub(path, "pmax"), data["pmax"], 0.0, 1.0)
+        if pmax <= 0.0:
+            raise SpecError(_sub(path, "pmax"), "must be in (0, 1]")
+        if kmin.unit != kmax.unit:
+            raise SpecError(_sub(path, "kmax"), "kmin and kmax must use the same unit (bytes or packets)")
+        if kmin.value > kmax.value:
+            raise SpecError(_sub(path, "kmin"), f"kmin ({kmin}) is above kmax ({kmax})")
+        return cls(mode, kmin=kmin, kmax=kmax, pmax=pmax, impl=impl)
+
+    def thresholds_bytes(self, mtu: int) -> tuple[int, int]:
+        """(low, high) thresholds in bytes: (k, k) for step, (kmin, kmax) for ramp."""
+        if self.mode == "step" and self.k is not None:
+            return self.k.to_bytes(mtu), self.k.to_bytes(mtu)
+        if self.mode == "ramp" and self.kmin is not None and self.kmax is not None:
+            return self.kmin.to_bytes(mtu), self.kmax.to_bytes(mtu)
+        raise ValueError("marking is off")
+
+    def describe(self) -> str:
+        if self.mode == "off":
+            return "drop-tail"
+        if self.mode == "step":
+            return f"ECN K={self.k}"
+        return f"ECN ramp {self.kmin}-{self.kmax} p={self.pmax:g}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Links
+
+LINK_KEYS = {"rate", "buffer", "mtu", "loss", "delay", "ecn"}
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One direction-symmetric link class: every egress port on it is shaped the same way.
+
+    ``rate_bps`` is the line rate (Ethernet frames, 14-byte header counted, as HTB counts); ``buffer`` the depth
+    of each egress queue; ``loss`` a random drop probability per packet; ``delay_s`` one-way delay (needs netem).
+    """
+
+    rate_bps: int = 100_000_000
+    buffer: Size = Size(300_000)
+    mtu: int = 9000
+    loss: float = 0.0
+    delay_s: float = 0.0
+    marking: Marking = field(default_factory=Marking)
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str, base: LinkSpec | None = None) -> LinkSpec:
+        check_keys(data, LINK_KEYS, path)
+        spec = base or cls()
+        if "rate" in data:
+            spec = replace(spec, rate_bps=_unit(_sub(path, "rate"), parse_rate, data["rate"]))
+        if "buffer" in data:
+            spec = replace(spec, buffer=_unit(_sub(path, "buffer"), parse_size, data["buffer"]))
+        if "mtu" in data:
+            spec = replace(spec, mtu=_int(_sub(path, "mtu"), data["mtu"], 576, 9000))
+        if "loss" in data:
+            spec = replace(spec, loss=_float(_sub(path, "loss"), data["loss"], 0.0, 0.5))
+        if "delay" in data:
+            spec = replace(spec, delay_s=_unit(_sub(path, "delay"), parse_duration, data["delay"]))
+        if "ecn" in data:
+            spec = replace(spec, marking=Marking.from_dict(data["ecn"], _sub(path, "ecn")))
+        spec.validate(path)
+        return spec
+
+    def validate(self, path: str) -> None:
+        if self.rate_bps < MIN_RATE_BPS:
+            raise SpecError(_sub(path, "rate"), f"{self.rate_bps} bit/s is below {MIN_RATE_BPS} bit/s, where HTB is accurate")
+        if self.rate_bps > MAX_RATE_BPS:
+            raise SpecError(
+                _sub(path, "rate"),
+                f"{self.rate_bps / 1e6:g} Mbit/s is above the {MAX_RATE_BPS / 1e6:g} Mbit/s this machine can emulate "
+                "faithfully; state real-world rates with a scale factor (fabric.scale) instead",
+            )
+        frame = self.mtu + ETH_HEADER
+        if self.buffer.to_bytes(self.mtu) < frame:
+            raise SpecError(_sub(path, "buffer"), f"{self.buffer} is smaller than one frame ({frame} bytes at MTU {self.mtu})")
+        if self.marking.mode != "off":
+            low, high = self.marking.thresholds_bytes(self.mtu)
+            limit = self.buffer.to_bytes(self.mtu)
+            if high > limit:
+                key = "k" if self.marking.mode == "step" else "kmax"
+                raise SpecError(_sub(path, f"ecn.{key}"), f"threshold {high} bytes is above the buffer ({limit} bytes)")
+            if self.marking.mode == "step" and low <= 0:
+                raise SpecError(_sub(path, "ecn.k"), "must be positive")
+
+    @property
+    def buffer_bytes(self) -> int:
+        return self.buffer.to_bytes(self.mtu)
+
+    @property
+    def payload_rate_bps(self) -> float:
+        """TCP goodput ceiling: MSS (MTU - 40 IP/TCP - 12 timestamp option) per frame of MTU + 14."""
+        return self.rate_bps * (self.mtu - 52) / (self.mtu + ETH_HEADER)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ECMP and transport
+
+
+@dataclass(frozen=True)
+class EcmpSpec:
+    """ECMP hashing at every router. ``l3``: source and destination address; ``l4``: the 5-tuple.
+
+    Both use ``fib_multipath_hash_policy=3`` with explicit hash fields, which is deterministic per 5-tuple (policy 1
+    is not, on veth: the socket's flow hash is carried over).
+    """
+
+    hash: Literal["l3", "l4"] = "l4"
+    seed: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str) -> EcmpSpec:
+        check_keys(data, {"hash", "seed"}, path)
+        h = cast(Literal["l3", "l4"], _choice(_sub(path, "hash"), data.get("hash", "l4"), ("l3", "l4")))
+        seed = data.get("seed")
+        if seed is not None:
+            seed = _int(_sub(path, "seed"), seed, 0, 2**32 - 1)
+        return cls(h, seed)
+
+    @property
+    def hash_fields(self) -> int:
+        # bits: 0x1 src ip, 0x2 dst ip, 0x4 ip proto, 0x10 src port, 0x20 dst port
+        return 0x0037 if self.hash == "l4" else 0x0003
+
+
+CongestionControl = Literal["reno", "cubic", "bbr", "dctcp"]
+
+
+@dataclass(frozen=True)
+class TransportSpec:
+    """Per-host transport defaults, set in every host namespace (never inherited from the root namespace)."""
+
+    cc: CongestionControl = "cubic"
+    ecn: bool = True
+    gso_max_segs: int = 1
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str) -> TransportSpec:
+        check_keys(data, {"cc", "ecn", "gso_max_segs"}, path)
+        cc = cast(CongestionControl, _choice(_sub(path, "cc"), data.get("cc", "cubic"), ("reno", "cubic", "bbr", "dctcp")))
+        ecn = data.get("ecn", True)
+        if not isinstance(ecn, bool):
+            raise SpecError(_sub(path, "ecn"), f"expected true or false, got {ecn!r}")
+        segs = _int(_sub(path, "gso_max_segs"), data.get("gso_max_segs", 1), 1, 65535)
+        return cls(cc, ecn, segs)
