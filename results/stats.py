@@ -1,0 +1,76 @@
+"""Small statistics on numpy arrays: percentiles, mean with a t-distribution confidence interval, Jain's index.
+
+scipy is not installed here, so the two-sided 95% Student t quantiles come from a table (values from any
+statistics textbook, to 3 decimals); between tabulated degrees of freedom the next smaller one is used, which
+only widens the interval.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+
+# two-sided 95% (upper 0.975 quantile) of Student's t by degrees of freedom
+_T975 = {
+    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+    11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
+    21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042,
+    40: 2.021, 60: 2.000, 120: 1.980,
+}
+_Z975 = 1.960
+
+
+def t_quantile_975(df: int) -> float:
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df in _T975:
+        return _T975[df]
+    if df > 120:
+        return _Z975
+    return _T975[max(k for k in _T975 if k <= df)]
+
+
+def mean_ci(values: Iterable[float]) -> tuple[float, float | None, int]:
+    """Mean, half-width of its 95% confidence interval (None for fewer than 2 values), number of values.
+
+    NaN values are ignored; an empty input raises ValueError.
+    """
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    a = a[~np.isnan(a)]
+    if a.size == 0:
+        raise ValueError("no values")
+    mean = float(a.mean())
+    if a.size < 2:
+        return mean, None, 1
+    half = t_quantile_975(a.size - 1) * float(a.std(ddof=1)) / math.sqrt(a.size)
+    return mean, half, int(a.size)
+
+
+def percentiles(values: Sequence[float] | np.ndarray, qs: Sequence[float]) -> list[float]:
+    """Percentiles (0..100) with linear interpolation, NaN ignored; raises ValueError on no values."""
+    a = np.asarray(values, dtype=float)
+    a = a[~np.isnan(a)]
+    if a.size == 0:
+        raise ValueError("no values")
+    return [float(x) for x in np.percentile(a, qs)]
+
+
+def jain_index(values: Sequence[float] | np.ndarray) -> float:
+    """Jain's fairness index (sum x)^2 / (n * sum x^2): 1 when all equal, 1/n when one takes everything."""
+    a = np.asarray(values, dtype=float)
+    a = a[~np.isnan(a)]
+    if a.size == 0:
+        raise ValueError("no values")
+    sq = float((a * a).sum())
+    if sq == 0:
+        raise ValueError("all values are zero")
+    return float(a.sum() ** 2 / (a.size * sq))
+
+
+def ecdf(values: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted values and their cumulative fractions (k/n), NaN removed."""
+    a = np.sort(np.asarray(values, dtype=float))
+    a = a[~np.isnan(a)]
+    return a, np.arange(1, a.size + 1) / max(a.size, 1)

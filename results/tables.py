@@ -1,0 +1,172 @@
+"""The CSV tables of a run record: their columns and descriptions (schema ``testbed-run/1``), a writer, a reader.
+
+The column lists are the contract with the samplers (``testbed/telemetry``) and generators (``traffic/``);
+docs/record-format.md describes every column. Cells are written with ``repr`` precision for floats so nothing
+measured is rounded away; booleans are written as 0/1.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
+    "queues": (
+        ("t", "node", "dev", "backlog_bytes", "backlog_pkts", "drops", "marks", "overlimits", "tx_bytes", "tx_pkts",
+         "requeues"),
+        "egress queue samples; counters cumulative as read from the kernel; one row per queue per sample",
+    ),
+    "links": (
+        ("t", "node", "dev", "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "tx_drops"),
+        "interface counters over time (cumulative)",
+    ),
+    "cpu": (("t", "cpu", "busy"), "CPU busy fraction 0..1 over the last interval; cpu = all or the core number"),
+    "netstat": (("host", "phase", "counter", "value"), "/proc/net/netstat and snmp counters per host at start/end"),
+    "iterations": (
+        ("job", "kind", "algorithm", "iter", "warmup", "t_start", "t_end", "size_bytes", "ranks", "ideal_s",
+         "busbw_factor"),
+        "one row per collective iteration",
+    ),
+    "steps": (("job", "iter", "rank", "step", "op", "peer", "t_start", "t_end", "bytes"), "collective steps per rank"),
+    "flows": (
+        ("job", "flow_id", "src", "dst", "proto", "sport", "dport", "bytes", "t_start", "t_end", "goodput_bps",
+         "retrans", "path"),
+        "one row per transport flow",
+    ),
+    "flow_samples": (("job", "flow_id", "t", "bytes", "cwnd", "rtt_us", "retrans"), "TCP_INFO samples per flow"),
+    "fct": (("job", "flow_id", "src", "dst", "size_bytes", "t_start", "t_end", "size_class"), "flow completion times"),
+    "rtt": (("job", "src", "dst", "seq", "t_send", "rtt_s"), "latency probe samples (rtt_s empty when lost)"),
+    "pipeline": (
+        ("job", "stage", "microbatch", "phase", "op", "peer", "t_start", "t_end", "bytes"),
+        "pipeline-parallel schedule events",
+    ),
+    "marks": (("node", "dev", "impl", "marks", "ect_seen"), "ECN marker counters at the end of the run"),
+    "events": (("t", "kind", "detail"), "lifecycle events"),
+}
+
+
+class TableError(ValueError):
+    """A row that does not fit its table's columns."""
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+class TableWriter:
+    """Appends rows to one CSV file with a header; flushes at least every ``flush_interval`` seconds.
+
+    A crash loses at most the rows of the last interval; ``flush()`` forces them out (callers flush at phase
+    ends). Unknown or missing columns raise ``TableError`` instead of being dropped silently.
+    """
+
+    def __init__(self, path: Path, columns: Iterable[str], flush_interval: float = 0.25):
+        self.path = path
+        self.columns = tuple(columns)
+        self.flush_interval = flush_interval
+        self.rows_written = 0
+        exists = path.exists() and path.stat().st_size > 0
+        self._fh = open(path, "a", newline="", encoding="utf-8")
+        self._csv = csv.writer(self._fh, lineterminator="\n")
+        if not exists:
+            self._csv.writerow(self.columns)
+            self._fh.flush()
+        self._last_flush = time.monotonic()
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        extra = set(row) - set(self.columns)
+        if extra:
+            raise TableError(f"{self.path.name}: unknown column(s) {sorted(extra)} (columns: {', '.join(self.columns)})")
+        self._csv.writerow([_cell(row.get(c)) for c in self.columns])
+        self.rows_written += 1
+        if time.monotonic() - self._last_flush >= self.flush_interval:
+            self.flush()
+
+    def write_many(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        for row in rows:
+            self.write(row)
+
+    def flush(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            self._fh.close()
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parse_cell(text: str) -> Any:
+    """'' -> None, integers -> int, other numbers -> float, anything else stays a string."""
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+class Table(list):  # type: ignore[type-arg]
+    """Rows of one table (list of dicts with typed cells); ``reason`` says why it is empty or was cut short."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = (), columns: tuple[str, ...] = (), reason: str | None = None):
+        super().__init__(rows)
+        self.columns = columns
+        self.reason = reason
+
+    def column(self, name: str) -> np.ndarray:
+        """One column as a numpy array (float with NaN for empty cells when numeric, else object)."""
+        values = [r.get(name) for r in self]
+        if all(v is None or isinstance(v, (int, float)) for v in values):
+            return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+        return np.array(values, dtype=object)
+
+
+def read_table(path: Path) -> Table:
+    """Read a CSV table; a missing file gives an empty table with a reason; a torn last row (crash) is dropped."""
+    if not path.exists():
+        return Table(reason=f"{path.name} was not recorded in this run")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    torn = 0
+    if text and not text.endswith("\n"):  # the writer always ends a row with a newline: the last one is torn
+        text = text[: text.rfind("\n") + 1]
+        torn = 1
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = tuple(next(reader))
+    except StopIteration:
+        return Table(reason=f"{path.name} is empty (no header)")
+    rows: list[dict[str, Any]] = []
+    for fields in reader:
+        if len(fields) != len(header):
+            torn += 1
+            continue
+        rows.append({k: parse_cell(v) for k, v in zip(header, fields)})
+    reason = None
+    if torn:
+        reason = f"{path.name}: {torn} malformed row(s) dropped (torn write?)"
+    elif not rows:
+        reason = f"{path.name} has a header but no rows"
+    return Table(rows, header, reason)
