@@ -1,0 +1,293 @@
+"""Build a fabric from its spec with Mininet, configure it ourselves, and tear it down by ownership.
+
+Mininet creates the nodes (one network namespace and shell per node, via mnexec) and the veth pairs between
+them; nothing else of Mininet is used: its TCLink options fail silently on kernels without netem/RED, so every
+address, route, qdisc and sysctl is set here with checked iproute2 batches. Each node's namespace is named
+``<prefix>-<node>`` so that `ip netns exec`, tcpdump and pyroute2 can reach it.
+
+Teardown runs in reverse order on success, exception, Ctrl-C and SIGTERM, and every step is attempted even when
+an earlier one fails; the run's state file lets `testbed clean` finish the job after a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import replace
+from types import FrameType
+from typing import Any, Callable
+
+from testbed import tc
+from testbed.capabilities import CapabilityError, probe, require
+from testbed.fabricspec import FabricSpec
+from testbed.mininet_compat import import_mininet
+from testbed.ownership import RunLock, RunState, delete_netns
+from testbed.procs import ProcessGroup, run_checked
+from testbed.routing import predict_path, route_commands, router_sysctls
+from testbed.sysctls import RootSysctls, allow_congestion_controls, set_in_netns
+from testbed.topology import HostInfo, Port, Topology
+
+log = logging.getLogger(__name__)
+
+HOST_SYSCTLS = {
+    "net.ipv4.tcp_no_metrics_save": "1",  # no cached ssthresh/cwnd carried from one iteration's flow to the next
+    "net.ipv6.conf.all.disable_ipv6": "1",
+    "net.ipv6.conf.default.disable_ipv6": "1",
+}
+
+
+class BuildError(RuntimeError):
+    """The fabric could not be built as specified (nothing is left behind)."""
+
+
+def check_spec(spec: FabricSpec, caps: dict[str, Any]) -> Topology:
+    """Everything that can be refused is refused here, before anything is built."""
+    topo = Topology(spec)
+    for key in ("qdisc.htb", "qdisc.bfifo", "mininet"):
+        require(caps, key, "building a fabric")
+    ports = topo.ports()
+    if any(p.link.delay_s > 0 for p in ports):
+        require(caps, "qdisc.netem", "link delay")
+        require(caps, "ifb", "link delay")
+    if any(p.link.loss > 0 for p in ports):
+        require(caps, "nftables", "random loss on links")
+    if spec.ecmp.seed is not None:
+        require(caps, "ecmp.hash_seed", "ecmp.seed")
+    require(caps, "ecmp.hash_policy_3", "deterministic ECMP hashing")
+    if spec.transport.cc != "dctcp":
+        require(caps, f"cc.{spec.transport.cc}", f"transport.cc {spec.transport.cc}")
+    if any(p.link.marking.mode != "off" for p in ports) or spec.transport.cc == "dctcp":
+        try:
+            from testbed import ecn
+        except ImportError as exc:
+            raise CapabilityError(f"ECN marking / DCTCP need testbed.ecn, which failed to import: {exc}") from exc
+        for p in ports:
+            if p.link.marking.mode != "off":
+                ecn.choose_impl(p.link.marking, caps)
+    return topo
+
+
+class Fabric:
+    """A built fabric. Use as a context manager::
+
+        with Fabric(spec) as fab:
+            fab.hosts["l1h1"].netns
+    """
+
+    def __init__(self, spec: FabricSpec, caps: dict[str, Any] | None = None, lock_wait: float = 0.0):
+        self.spec = spec
+        self.caps = caps if caps is not None else probe()
+        self.topo = check_spec(spec, self.caps)
+        self.lock_wait = lock_wait
+        self.state: RunState | None = None
+        self.prefix = ""
+        self.hosts: dict[str, HostInfo] = {}
+        self.procs = ProcessGroup(state_cb=self._record_pid)
+        self.marking: dict[str, Any] = {}
+        self.build_s = 0.0
+        self._lock: RunLock | None = None
+        self._net: Any = None
+        self._root: RootSysctls | None = None
+        self._markers: Any = None
+        self._cc: Any = None
+        self._old_sigterm: Any = None
+
+    # --- public ------------------------------------------------------------------------------------------------
+    @property
+    def host_link(self) -> Any:
+        return self.spec.host_link
+
+    def netns(self, node: str) -> str:
+        return f"{self.prefix}-{node}"
+
+    def ports(self) -> list[Port]:
+        return self.topo.ports()
+
+    def predict_path(self, src: str, dst: str, proto: str = "tcp", sport: int = 0, dport: int = 0) -> list[str]:
+        return predict_path(self.topo, self.netns, src, dst, proto, sport, dport)
+
+    def __enter__(self) -> Fabric:
+        self.build()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    # --- build -------------------------------------------------------------------------------------------------
+    def build(self) -> None:
+        t0 = time.monotonic()
+        self._install_sigterm()
+        self._lock = RunLock(self.lock_wait)
+        try:
+            self.state = self._lock.__enter__()
+            self.prefix = self.state.prefix
+            self._root = RootSysctls(self.state)
+            self._create_nodes()
+            self._configure()
+        except BaseException:
+            self.teardown()
+            raise
+        self.build_s = time.monotonic() - t0
+        log.info("built %s fabric %s in %.2f s", self.spec.topology, self.prefix, self.build_s)
+
+    def _record_pid(self, pid: int) -> None:
+        if self.state is not None:
+            self.state.add("pids", pid)
+
+    def _create_nodes(self) -> None:
+        import_mininet()
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        setLogLevel("error")
+        assert self.state is not None
+        net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False)
+        self._net = net
+        for name in self.topo.nodes:
+            node = net.addHost(name, cls=Host)
+            self.state.add("pids", node.pid)
+            ns = self.netns(name)
+            run_checked(["ip", "netns", "attach", ns, str(node.pid)])
+            self.state.add("namespaces", ns)
+        for lk in self.topo.links:
+            net.addLink(lk.a, lk.b, intfName1=lk.a_dev, intfName2=lk.b_dev)
+        self.hosts = {name: replace(h, netns=self.netns(name)) for name, h in self.topo.hosts.items()}
+
+    def _configure(self) -> None:
+        spec = self.spec
+        ports_by_node: dict[str, list[Port]] = {}
+        for p in self.topo.ports():
+            ports_by_node.setdefault(p.node, []).append(p)
+        leaf = self._leaf_builder()
+        rsys = router_sysctls(spec.ecmp, bool(self.caps.get("ecmp.hash_seed")))
+        self._prepare_transport()
+        for name, node in self.topo.nodes.items():
+            ns = self.netns(name)
+            ports = ports_by_node.get(name, [])
+            ip_lines = ["link set dev lo up"]
+            for p in ports:
+                ip_lines += [
+                    f"link set dev {p.dev} mtu {p.link.mtu} gso_max_segs {spec.transport.gso_max_segs}",
+                    f"addr add {p.addr}/{p.prefixlen} dev {p.dev}",
+                    f"link set dev {p.dev} up",
+                ]
+            run_checked(["ip", "-n", ns, "-batch", "-"], input="\n".join(ip_lines) + "\n")
+            if node.is_router:
+                set_in_netns(ns, rsys)
+            else:
+                set_in_netns(ns, {**HOST_SYSCTLS, "net.ipv4.tcp_ecn": "1" if spec.transport.ecn else "0"})
+                self._set_host_cc(ns)
+            for p in ports:  # GRO would glue forwarded packets into super-packets in the next queue
+                run_checked(["ip", "netns", "exec", ns, "ethtool", "-K", p.dev, "gro", "off", "tso", "off", "gso", "off"])
+            tc_lines = [line for p in ports for line in tc.port_tc_lines(p, leaf)]
+            if tc_lines:
+                run_checked(["tc", "-n", ns, "-batch", "-"], input="\n".join(tc_lines) + "\n")
+            lossy = [p for p in ports if p.link.loss > 0]
+            if lossy:
+                run_checked(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=tc.loss_nft_rules("testbed", lossy))
+        for name, routes in self.topo.routes.items():
+            lines = route_commands(routes)
+            if lines:
+                run_checked(["ip", "-n", self.netns(name), "-batch", "-"], input="\n".join(lines) + "\n")
+        self._apply_delay()
+        self._attach_markers()
+
+    def _apply_delay(self) -> None:
+        for i, p in enumerate(p for p in self.topo.ports() if p.link.delay_s > 0):
+            ifb = f"ifb{i}"
+            ns = self.netns(p.peer)
+            run_checked(["ip", "-n", ns, "link", "add", ifb, "type", "ifb"])
+            run_checked(["ip", "-n", ns, "link", "set", ifb, "up"])
+            run_checked(["tc", "-n", ns, "-batch", "-"], input="\n".join(tc.delay_tc_lines(p, ifb)) + "\n")
+
+    # --- ECN marking and congestion control (testbed.ecn) -------------------------------------------------------
+    def _leaf_builder(self) -> Callable[[Any], list[str]]:
+        marked = [p for p in self.topo.ports() if p.link.marking.mode != "off"]
+        if not marked:
+            return tc.droptail_leaf
+        from testbed import ecn
+
+        impls = {p.name: ecn.choose_impl(p.link.marking, self.caps) for p in marked}
+        self.marking = {"ports": impls, "impls": sorted(set(impls.values()))}
+
+        def leaf(link: Any) -> list[str]:
+            if link.marking.mode != "off" and ecn.choose_impl(link.marking, self.caps) == "kernel":
+                return list(ecn.leaf_qdisc_args(link.marking, link, "kernel"))
+            return tc.droptail_leaf(link)
+
+        return leaf
+
+    def _attach_markers(self) -> None:
+        bpf_ports = [p for p in self.topo.ports() if self.marking.get("ports", {}).get(p.name) == "bpf"]
+        if not bpf_ports:
+            return
+        from testbed import ecn
+
+        assert self.state is not None
+        self._markers = ecn.MarkerSet(self.prefix, state=self.state)
+        for p in bpf_ports:
+            self._markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link)
+
+    def _prepare_transport(self) -> None:
+        cc = self.spec.transport.cc
+        assert self._root is not None
+        if cc == "dctcp":
+            from testbed import ecn
+
+            self._cc = ecn.CongestionControl(self.prefix, state=self.state, root=self._root)
+            self.marking["dctcp"] = self._cc.prepare({cc}).get(cc)
+        else:
+            allow_congestion_controls(self._root, {cc})
+
+    def _set_host_cc(self, ns: str) -> None:
+        set_in_netns(ns, {"net.ipv4.tcp_congestion_control": self.spec.transport.cc})
+
+    # --- teardown ----------------------------------------------------------------------------------------------
+    def teardown(self) -> None:
+        errors: list[str] = []
+
+        def step(what: str, fn: Callable[[], None]) -> None:
+            try:
+                fn()
+            except Exception as exc:  # every step runs; the first failures are reported together
+                errors.append(f"{what}: {exc}")
+
+        step("stop processes", self.procs.stop_all)
+        if self._markers is not None:
+            step("detach ECN markers", self._markers.close)
+            self._markers = None
+        if self._net is not None:
+            net, self._net = self._net, None
+            step("stop Mininet nodes", lambda: [h.terminate() for h in net.hosts])
+        if self.state is not None:
+            for ns in reversed(self.state.namespaces):
+                step(f"delete netns {ns}", lambda ns=ns: delete_netns(ns))
+        if self._cc is not None:
+            step("restore congestion control", self._cc.close)
+            self._cc = None
+        if self._root is not None:
+            step("restore root sysctls", self._root.restore)
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            step("release run lock", lambda: lock.__exit__(None, None, None))
+        self.state = None
+        self._restore_sigterm()
+        if errors:
+            raise RuntimeError("teardown incomplete (run `python3 -m testbed clean`): " + "; ".join(errors))
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            raise SystemExit(128 + signum)
+
+        self._old_sigterm = signal.signal(signal.SIGTERM, on_term)
+
+    def _restore_sigterm(self) -> None:
+        if self._old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None

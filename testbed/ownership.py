@@ -1,0 +1,212 @@
+"""What a run owns, written down as it is created, so that a crashed run can be cleaned by ownership.
+
+A live run holds an exclusive ``flock`` on ``/run/testbed/lock`` (a second run is refused, or waits when asked
+to) and keeps ``/run/testbed/<prefix>.json`` up to date with everything it created: named namespaces, process
+ids, root-namespace sysctls it changed (with their original values), BPF pins and struct_ops ids.
+``clean()`` undoes what those files name for runs that are no longer alive, and deletes namespaces named with a
+dead run's prefix (``tb<4 hex>-...``). It never matches anything else.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
+PREFIX_RE = re.compile(r"^tb[0-9a-f]{4}$")
+NETNS_RE = re.compile(r"^(tb[0-9a-f]{4})-[A-Za-z0-9_]+$")
+
+
+class BusyError(RuntimeError):
+    """Another run holds the machine."""
+
+
+@dataclass
+class RunState:
+    prefix: str
+    pid: int
+    started: float
+    namespaces: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    sysctls: list[dict[str, str]] = field(default_factory=list)  # {"key", "original"} in the root namespace
+    bpf_pins: list[str] = field(default_factory=list)
+    struct_ops: list[str] = field(default_factory=list)  # bpftool struct_ops names/ids to unregister
+
+    @property
+    def path(self) -> Path:
+        return STATE_DIR / f"{self.prefix}.json"
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, self.path)
+
+    def add(self, kind: str, value: Any) -> None:
+        getattr(self, kind).append(value)
+        self.save()
+
+    @classmethod
+    def load(cls, path: Path) -> RunState:
+        return cls(**json.loads(path.read_text()))
+
+
+class RunLock:
+    """The machine-wide lock of a live run, and its state file."""
+
+    def __init__(self, wait: float = 0.0):
+        self.wait = wait
+        self._fd: int | None = None
+        self.state: RunState | None = None
+
+    def __enter__(self) -> RunState:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(STATE_DIR / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    holder = _lock_holder()
+                    raise BusyError(
+                        f"another testbed run is active ({holder}); wait for it to finish, or run "
+                        "`python3 -m testbed clean` if it crashed (runs on one machine share its two cores, so they "
+                        "run one at a time)"
+                    ) from None
+                time.sleep(0.2)
+        self._fd = fd
+        clean(quiet=True)  # whatever a crashed run left, before this one starts
+        prefix = new_prefix()
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{prefix} pid {os.getpid()}\n".encode())
+        self.state = RunState(prefix, os.getpid(), time.time())
+        self.state.save()
+        return self.state
+
+    def __exit__(self, *exc: object) -> None:
+        if self.state is not None:
+            self.state.path.unlink(missing_ok=True)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _lock_holder() -> str:
+    try:
+        return (STATE_DIR / "lock").read_text().strip() or "unknown holder"
+    except OSError:
+        return "unknown holder"
+
+
+def new_prefix() -> str:
+    taken = {p.stem for p in STATE_DIR.glob("tb*.json")} | {m.group(1) for m in map(NETNS_RE.match, list_netns()) if m}
+    while True:
+        prefix = "tb" + secrets.token_hex(2)
+        if prefix not in taken:
+            return prefix
+
+
+def list_netns() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _kill(pid: int) -> None:
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def delete_netns(name: str) -> None:
+    """Kill every process inside the named namespace, then delete it (its interfaces go with it)."""
+    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
+    for pid in out.split():
+        _kill(int(pid))
+    subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+def undo(state: RunState, log: list[str]) -> None:
+    """Undo what a state file names, in reverse order of creation."""
+    for pid in reversed(state.pids):
+        if _alive(pid):
+            _kill(pid)
+            log.append(f"killed pid {pid}")
+    for ns in reversed(state.namespaces):
+        if ns in list_netns():
+            delete_netns(ns)
+            log.append(f"deleted netns {ns}")
+    for so in reversed(state.struct_ops):
+        cp = subprocess.run(["bpftool", "struct_ops", "unregister", "name", so], capture_output=True, text=True)
+        if cp.returncode == 0:
+            log.append(f"unregistered struct_ops {so}")
+    for pin in reversed(state.bpf_pins):
+        p = Path(pin)
+        if p.exists():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            log.append(f"removed BPF pin {pin}")
+    for item in reversed(state.sysctls):
+        key, original = item["key"], item["original"]
+        path = Path("/proc/sys") / key.replace(".", "/")
+        if path.exists() and path.read_text().strip() != original:
+            path.write_text(original)
+            log.append(f"restored {key} = {original}")
+
+
+def clean(quiet: bool = False) -> list[str]:
+    """Remove what dead runs left behind. Returns what was done."""
+    log: list[str] = []
+    if not STATE_DIR.exists():
+        return log
+    live: set[str] = set()
+    for path in sorted(STATE_DIR.glob("tb*.json")):
+        try:
+            state = RunState.load(path)
+        except (OSError, ValueError, TypeError):
+            log.append(f"unreadable state file {path} left alone")
+            continue
+        if state.pid != os.getpid() and _alive(state.pid) and _holds_lock(state.prefix):
+            live.add(state.prefix)
+            continue
+        undo(state, log)
+        path.unlink(missing_ok=True)
+        log.append(f"removed state of run {state.prefix}")
+    for ns in list_netns():
+        m = NETNS_RE.match(ns)
+        if m and m.group(1) not in live:
+            delete_netns(ns)
+            log.append(f"deleted netns {ns} (prefix of a dead run)")
+    if not quiet:
+        for line in log:
+            print(line)
+    return log
+
+
+def _holds_lock(prefix: str) -> bool:
+    return _lock_holder().startswith(prefix + " ")
