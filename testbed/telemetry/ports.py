@@ -1,0 +1,121 @@
+"""What the sampler samples: the egress queues (``PortRef``) and its settings (``SamplerConfig``), as JSON.
+
+Config file (``--config``)::
+
+    {"rate_hz": 1000, "link_hz": 100, "cpu_hz": 10, "flush_s": 0.5, "keyframe_s": 0.1, "rt_priority": 0,
+     "ports": [{"netns": "tb3fa2-s1", "dev": "s1-l1", "leaf_handle": "10:", "root": "1:", "node": "s1"}],
+     "links_netns": ["tb3fa2-s1"]}
+
+``root`` may be null when the leaf is the root qdisc; ``node`` defaults to the namespace name without its run
+prefix (``tb3fa2-s1`` -> ``s1``); ``links_netns`` (every interface but lo is sampled there) defaults to the
+ports' namespaces. Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.telemetry.rtnl import parse_handle
+
+
+class ConfigError(ValueError):
+    """A sampler config that cannot be used; names the key."""
+
+
+def node_of(netns: str) -> str:
+    return netns.split("-", 1)[1] if "-" in netns else netns
+
+
+@dataclass(frozen=True)
+class PortRef:
+    netns: str
+    dev: str
+    leaf: str = "10:"
+    root: str | None = "1:"
+    node: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.netns or not self.dev:
+            raise ConfigError(f"port needs netns and dev: {self!r}")
+        for key, h in (("leaf_handle", self.leaf), ("root", self.root)):
+            if h is not None:
+                try:
+                    parse_handle(h)
+                except ValueError as exc:
+                    raise ConfigError(f"port {self.netns}/{self.dev}.{key}: {exc}") from None
+        if not self.node:
+            object.__setattr__(self, "node", node_of(self.netns))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"netns": self.netns, "dev": self.dev, "leaf_handle": self.leaf, "root": self.root, "node": self.node}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PortRef:
+        allowed = {"netns", "dev", "leaf_handle", "root", "node"}
+        unknown = sorted(set(d) - allowed)
+        if unknown:
+            raise ConfigError(f"port key {unknown[0]!r} unknown (allowed: {', '.join(sorted(allowed))})")
+        return cls(
+            netns=d.get("netns", ""),
+            dev=d.get("dev", ""),
+            leaf=d.get("leaf_handle", "10:"),
+            root=d.get("root", "1:"),
+            node=d.get("node", ""),
+        )
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    ports: list[PortRef]
+    rate_hz: float = 1000.0
+    link_hz: float = 100.0
+    cpu_hz: float = 10.0  # 0 disables cpu.csv
+    flush_s: float = 0.5
+    keyframe_s: float = 0.1  # an unchanged queue/link still gets a row this often
+    rt_priority: int = 0  # SCHED_FIFO priority for the sampler process; 0 = normal scheduling
+    links_netns: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.ports:
+            raise ConfigError("ports: at least one egress queue is needed")
+        if not 1 <= self.rate_hz <= 20000:
+            raise ConfigError(f"rate_hz must be in [1, 20000], got {self.rate_hz}")
+        if not 0 < self.link_hz <= self.rate_hz:
+            raise ConfigError(f"link_hz must be in (0, rate_hz], got {self.link_hz}")
+        if not 0 <= self.cpu_hz <= 100:
+            raise ConfigError(f"cpu_hz must be in [0, 100], got {self.cpu_hz}")
+        if not 0.01 <= self.flush_s <= 10 or self.keyframe_s <= 0:
+            raise ConfigError("flush_s must be in [0.01, 10] and keyframe_s > 0")
+        if not 0 <= self.rt_priority <= 99:
+            raise ConfigError(f"rt_priority must be in [0, 99], got {self.rt_priority}")
+        keys = [(p.netns, p.dev) for p in self.ports]
+        if len(set(keys)) != len(keys):
+            raise ConfigError("ports: the same netns/dev appears twice")
+        if not self.links_netns:
+            object.__setattr__(self, "links_netns", sorted({p.netns for p in self.ports}))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ports"] = [p.to_dict() for p in self.ports]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SamplerConfig:
+        allowed = {"ports", "rate_hz", "link_hz", "cpu_hz", "flush_s", "keyframe_s", "rt_priority", "links_netns"}
+        unknown = sorted(set(d) - allowed)
+        if unknown:
+            raise ConfigError(f"config key {unknown[0]!r} unknown (allowed: {', '.join(sorted(allowed))})")
+        ports = [PortRef.from_dict(p) for p in d.get("ports", [])]
+        rest = {k: v for k, v in d.items() if k != "ports"}
+        return cls(ports=ports, **rest)
+
+    @classmethod
+    def load(cls, path: Path) -> SamplerConfig:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read sampler config {path}: {exc}") from None
+        return cls.from_dict(data)

@@ -1,0 +1,395 @@
+"""The queue + link sampler: one long-lived process polling every configured egress queue over raw rtnetlink.
+
+    /usr/bin/python3 -m testbed.telemetry.sampler --config CONFIG.json --out DIR
+
+It opens one NETLINK_ROUTE socket per namespace (made inside /run/netns/NAME, see ``netns``), then every
+1/rate_hz s dumps RTM_GETQDISC in each namespace and writes one ``queues.csv`` row per configured queue
+(architecture.md: backlog and drops from the leaf qdisc, overlimits/tx/requeues from the root; marks from RED's
+xstats, empty when the leaf cannot report them). At link_hz it dumps RTM_GETSTATS (IFLA_STATS_LINK_64 only: a
+fraction of RTM_GETLINK's bytes) into ``links.csv``; at cpu_hz it reads /proc/stat into ``cpu.csv``.
+
+Row policy: a row is written when any counter of that queue/link changed since its last row, or keyframe_s
+passed (so an idle queue still shows up every 0.1 s and its last value is exact); rows are formatted as they are
+taken into a 1 MiB buffer and flushed every flush_s (0.5 s), so a crash loses at most that much.
+SIGINT/SIGTERM: stop, write the last row of every queue, flush, write ``sampler_health.json``; exit 0.
+The process prints ``READY`` on stdout (and creates DIR/sampler.ready) once every queue was found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from testbed.telemetry.cpu import CPU_HEADER, CpuSampler
+from testbed.telemetry.netns import run_in_netns
+from testbed.telemetry.ports import PortRef, SamplerConfig, node_of
+from testbed.telemetry.rtnl import (
+    RTM_GETLINK,
+    RTM_GETQDISC,
+    RTM_GETSTATS,
+    QdiscStats,
+    RtnlSocket,
+    parse_handle,
+    parse_link_names,
+    parse_qdisc_dump,
+    parse_stats_dump,
+)
+
+QUEUES_HEADER = (
+    "t",
+    "node",
+    "dev",
+    "backlog_bytes",
+    "backlog_pkts",
+    "drops",
+    "marks",
+    "overlimits",
+    "tx_bytes",
+    "tx_pkts",
+    "requeues",
+)
+LINKS_HEADER = ("t", "node", "dev", "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "tx_drops")
+MARKS_NOTE = (
+    "marks: from RED xstats (tc_red_xstats.marked) where the leaf is red; empty otherwise: the BPF "
+    "marker's counters are not wired yet (testbed/ecn MarkerSet.read_marks does not exist)"
+)
+
+
+class SamplerError(RuntimeError):
+    """The sampler cannot sample what it was asked to (a namespace, device or qdisc is missing)."""
+
+
+@dataclass
+class GapStats:
+    """Running mean/stddev (Welford) of the gap between consecutive samples, in seconds."""
+
+    last: float = -1.0
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    max: float = 0.0
+
+    def add(self, t: float) -> None:
+        if self.last >= 0:
+            g = t - self.last
+            self.n += 1
+            d = g - self.mean
+            self.mean += d / self.n
+            self.m2 += d * (g - self.mean)
+            self.max = max(self.max, g)
+        self.last = t
+
+    def summary(self) -> dict[str, float]:
+        std = math.sqrt(self.m2 / (self.n - 1)) if self.n > 1 else 0.0
+        return {
+            "samples": self.n + (1 if self.last >= 0 else 0),
+            "rate_hz": round(1 / self.mean, 1) if self.mean else 0.0,
+            "gap_mean_ms": round(self.mean * 1e3, 4),
+            "gap_std_ms": round(std * 1e3, 4),
+            "jitter": round(std / self.mean, 4) if self.mean else 0.0,
+            "gap_max_ms": round(self.max * 1e3, 3),
+        }
+
+
+@dataclass
+class _Port:
+    ref: PortRef
+    leaf_key: tuple[int, int]
+    root_key: tuple[int, int] | None
+    last: tuple[Any, ...] | None = None
+    last_t: float = 0.0
+    missing: int = 0
+
+
+@dataclass
+class NsPoller:
+    """One namespace: its socket, the queues sampled there, the ifindex -> name map for links."""
+
+    netns: str
+    sock: RtnlSocket
+    ports: list[_Port]
+    names: dict[int, str]
+    node: str
+    wanted: set[tuple[int, int]] = field(default_factory=set)
+    gaps: GapStats = field(default_factory=GapStats)
+    link_last: dict[int, tuple[tuple[int, ...], float]] = field(default_factory=dict)
+
+    def poll_queues(self) -> tuple[float, list[tuple[_Port, tuple[Any, ...] | None]]]:
+        """One RTM_GETQDISC dump -> (epoch time, [(port, row values without t or None if its qdisc is gone)])."""
+        buf = self.sock.dump(RTM_GETQDISC)
+        t = time.time()
+        stats = parse_qdisc_dump(buf, self.wanted)
+        return t, [
+            (p, queue_values(stats.get(p.leaf_key), stats.get(p.root_key) if p.root_key else None)) for p in self.ports
+        ]
+
+    def poll_links(self) -> tuple[float, list[tuple[int, tuple[int, ...]]]]:
+        buf = self.sock.dump(RTM_GETSTATS)
+        t = time.time()
+        out: list[tuple[int, tuple[int, ...]]] = []
+        for idx, s in parse_stats_dump(buf).items():
+            if self.names.get(idx, "lo") != "lo":
+                out.append((idx, (s.tx_bytes, s.tx_packets, s.rx_bytes, s.rx_packets, s.tx_dropped)))
+        return t, out
+
+
+def queue_values(leaf: QdiscStats | None, root: QdiscStats | None) -> tuple[Any, ...] | None:
+    """(backlog_bytes, backlog_pkts, drops, marks, overlimits, tx_bytes, tx_pkts, requeues); marks "" if unknown."""
+    if leaf is None:
+        return None
+    top = root or leaf
+    return (
+        leaf.backlog,
+        leaf.qlen,
+        leaf.drops,
+        "" if leaf.marks is None else leaf.marks,
+        top.overlimits,
+        top.bytes,
+        top.packets,
+        top.requeues,
+    )
+
+
+def open_pollers(ports: list[PortRef], links_netns: list[str] | None = None) -> list[NsPoller]:
+    """One socket per namespace; resolve every port's ifindex and check that its qdiscs exist (SamplerError)."""
+    by_ns: dict[str, list[PortRef]] = {}
+    for p in ports:
+        by_ns.setdefault(p.netns, []).append(p)
+    for ns in links_netns or []:
+        by_ns.setdefault(ns, [])
+    pollers: list[NsPoller] = []
+    try:
+        for ns, refs in by_ns.items():
+            sock = run_in_netns(ns, RtnlSocket.create)
+            names = parse_link_names(sock.dump(RTM_GETLINK))
+            index = {v: k for k, v in names.items()}
+            node = refs[0].node if refs else node_of(ns)
+            poller = NsPoller(ns, sock, [], names, node)
+            pollers.append(poller)
+            for r in refs:
+                if r.dev not in index:
+                    raise SamplerError(f"no device {r.dev!r} in namespace {ns!r} (has: {', '.join(index)})")
+                i = index[r.dev]
+                port = _Port(r, (i, parse_handle(r.leaf)), (i, parse_handle(r.root)) if r.root else None)
+                poller.ports.append(port)
+                poller.wanted.add(port.leaf_key)
+                if port.root_key:
+                    poller.wanted.add(port.root_key)
+            found = parse_qdisc_dump(sock.dump(RTM_GETQDISC), poller.wanted)
+            for port in poller.ports:
+                for key, what in ((port.leaf_key, port.ref.leaf), (port.root_key, port.ref.root)):
+                    if key is not None and key not in found:
+                        raise SamplerError(f"no qdisc {what} on {ns}/{port.ref.dev} (configure it before sampling)")
+    except BaseException:
+        for pl in pollers:
+            pl.sock.close()
+        raise
+    return pollers
+
+
+def poll_once(ports: list[PortRef]) -> list[dict[str, Any]]:
+    """Sample every queue once (opens and closes the sockets) -> queues.csv rows as dicts. For tests and checks."""
+    pollers = open_pollers(ports)
+    try:
+        rows = []
+        for pl in pollers:
+            t, vals = pl.poll_queues()
+            for port, v in vals:
+                if v is None:
+                    raise SamplerError(f"qdisc vanished on {pl.netns}/{port.ref.dev}")
+                rows.append(dict(zip(QUEUES_HEADER, (t, port.ref.node, port.ref.dev, *v), strict=True)))
+        return rows
+    finally:
+        for pl in pollers:
+            pl.sock.close()
+
+
+class _Csv:
+    def __init__(self, path: Path, header: tuple[str, ...]):
+        if path.exists() and path.stat().st_size > 0:
+            raise SamplerError(f"{path} exists already: a run record is never overwritten")
+        self.fh: IO[str] = open(path, "w", newline="", buffering=1 << 20)  # noqa: SIM115 (closed in close())
+        self.w = csv.writer(self.fh)
+        self.w.writerow(header)
+        self.rows = 0
+
+    def row(self, r: tuple[Any, ...]) -> None:
+        self.w.writerow(r)
+        self.rows += 1
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+class Sampler:
+    """The loop. ``run()`` returns when ``stop`` is set (by a signal handler), after flushing everything."""
+
+    def __init__(self, cfg: SamplerConfig, out: Path):
+        self.cfg, self.out = cfg, Path(out)
+        self.stop = False
+        self.pollers = open_pollers(cfg.ports, cfg.links_netns)
+        self.queues = _Csv(self.out / "queues.csv", QUEUES_HEADER)
+        self.links = _Csv(self.out / "links.csv", LINKS_HEADER)
+        self.cpu = _Csv(self.out / "cpu.csv", CPU_HEADER) if cfg.cpu_hz > 0 else None
+        self.errors: list[str] = []
+        self.late = 0
+        self.t0 = self.t_end = 0.0
+
+    def _queues(self, final: bool = False) -> None:
+        kf = self.cfg.keyframe_s
+        for pl in self.pollers:
+            if not pl.ports:
+                continue
+            t, vals = pl.poll_queues()
+            pl.gaps.add(time.monotonic())
+            for port, v in vals:
+                if v is None:
+                    port.missing += 1
+                    if port.missing == 1:
+                        self.errors.append(f"{t:.3f}: qdisc {port.ref.leaf} vanished on {pl.netns}/{port.ref.dev}")
+                    continue
+                if final or v != port.last or t - port.last_t >= kf:
+                    self.queues.row((t, port.ref.node, port.ref.dev, *v))
+                    port.last, port.last_t = v, t
+
+    def _links(self, final: bool = False) -> None:
+        kf = self.cfg.keyframe_s
+        for pl in self.pollers:
+            t, vals = pl.poll_links()
+            for idx, v in vals:
+                prev = pl.link_last.get(idx)
+                if final or prev is None or prev[0] != v or t - prev[1] >= kf:
+                    if idx not in pl.names:
+                        pl.names = parse_link_names(pl.sock.dump(RTM_GETLINK))
+                    self.links.row((t, pl.node, pl.names.get(idx, str(idx)), *v))
+                    pl.link_last[idx] = (v, t)
+
+    def run(self) -> None:
+        cfg = self.cfg
+        period, link_period = 1.0 / cfg.rate_hz, 1.0 / cfg.link_hz
+        cpu_period, flush_period = (1.0 / cfg.cpu_hz if cfg.cpu_hz else math.inf), cfg.flush_s
+        cpu = CpuSampler()
+        cpu.sample()
+        self.ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        self.t0 = now = time.monotonic()
+        nxt = next_link = next_cpu = next_flush = now
+        next_cpu += cpu_period
+        next_flush += flush_period
+        while not self.stop:
+            self._queues()
+            now = time.monotonic()
+            if now >= next_link:
+                self._links()
+                next_link += link_period
+            if now >= next_cpu and self.cpu is not None:
+                for r in cpu.sample():
+                    self.cpu.row(r)
+                next_cpu += cpu_period
+            if now >= next_flush:
+                self.flush()
+                next_flush += flush_period
+            nxt += period
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -period:  # fell more than a period behind: count it, do not burst to catch up
+                self.late += 1
+                nxt = time.monotonic()
+        self.t_end = time.monotonic()
+        self.ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        self._queues(final=True)
+        self._links(final=True)
+        self.flush()
+
+    def flush(self) -> None:
+        for f in (self.queues, self.links, self.cpu):
+            if f is not None:
+                f.fh.flush()
+        self.write_health(final=False)
+
+    def health(self, final: bool) -> dict[str, Any]:
+        wall = (self.t_end if final else time.monotonic()) - self.t0
+        ru = self.ru1 if final else resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s = (ru.ru_utime + ru.ru_stime) - (self.ru0.ru_utime + self.ru0.ru_stime)
+        per_ns = {pl.netns: pl.gaps.summary() for pl in self.pollers if pl.ports}
+        rates = [s["rate_hz"] for s in per_ns.values()]
+        jit = [s["jitter"] for s in per_ns.values()]
+        return {
+            "status": "stopped" if final else "running",
+            "target_hz": self.cfg.rate_hz,
+            "duration_s": round(wall, 3),
+            "rate_hz_min": min(rates) if rates else 0.0,
+            "jitter_max": max(jit) if jit else 0.0,
+            "cpu_share": round(cpu_s / wall, 4) if wall > 0 else 0.0,  # of one core
+            "late_ticks": self.late,
+            "queues": len(self.cfg.ports),
+            "namespaces": len(per_ns),
+            "per_netns": per_ns,
+            "rows": {"queues": self.queues.rows, "links": self.links.rows, "cpu": self.cpu.rows if self.cpu else 0},
+            "row_policy": f"a row when a counter changed or every {self.cfg.keyframe_s:g} s; flushed every "
+            f"{self.cfg.flush_s:g} s",
+            "marks": MARKS_NOTE,
+            "missing_samples": {
+                f"{pl.netns}/{p.ref.dev}": p.missing for pl in self.pollers for p in pl.ports if p.missing
+            },
+            "errors": self.errors[:50],
+            "config": self.cfg.to_dict(),
+        }
+
+    def write_health(self, final: bool) -> dict[str, Any]:
+        h = self.health(final) if self.t0 else {"status": "starting"}
+        tmp = self.out / "sampler_health.json.tmp"
+        tmp.write_text(json.dumps(h, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, self.out / "sampler_health.json")
+        return h
+
+    def close(self) -> None:
+        for f in (self.queues, self.links, self.cpu):
+            if f is not None:
+                f.close()
+        for pl in self.pollers:
+            pl.sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m testbed.telemetry.sampler", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = SamplerConfig.load(args.config)
+    args.out.mkdir(parents=True, exist_ok=True)
+    sampler = Sampler(cfg, args.out)
+
+    def on_signal(_sig: int, _frame: object) -> None:
+        sampler.stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    if cfg.rt_priority:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.rt_priority))
+    try:
+        (args.out / "sampler.ready").write_text(f"{os.getpid()}\n")
+        print("READY", flush=True)
+        sampler.run()
+        sampler.write_health(final=True)
+    finally:
+        sampler.close()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as exc:  # noqa: BLE001 (a clear one-line error for the harness, exit 2)
+        print(f"sampler: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,115 @@
+"""TCP_INFO of a socket the generator owns: cwnd, RTT, retransmissions, CE-marked deliveries.
+
+Cheaper than forking ``ss -tin`` per sample (machine.md). Layout from linux/tcp.h ``struct tcp_info``
+(byte offsets on every Linux ABI, the struct has no holes); the fields used:
+
+    off  type  field                 unit / meaning
+      0  u8    tcpi_state            TCP_ESTABLISHED = 1
+      1  u8    tcpi_ca_state         0 open, 1 disorder, 2 cwr, 3 recovery, 4 loss
+     16  u32   tcpi_snd_mss          bytes
+     32  u32   tcpi_lost             segments currently considered lost
+     36  u32   tcpi_retrans          segments currently retransmitted (in flight)
+     68  u32   tcpi_rtt              smoothed RTT, microseconds
+     72  u32   tcpi_rttvar           microseconds
+     76  u32   tcpi_snd_ssthresh     segments
+     80  u32   tcpi_snd_cwnd         segments
+    100  u32   tcpi_total_retrans    segments retransmitted over the connection's life
+    120  u64   tcpi_bytes_acked      bytes
+    128  u64   tcpi_bytes_received   bytes
+    148  u32   tcpi_min_rtt          microseconds
+    160  u64   tcpi_delivery_rate    bytes/s
+    192  u32   tcpi_delivered        segments delivered (kernel >= 4.18)
+    196  u32   tcpi_delivered_ce     of those, CE-marked per the receiver's ECE (kernel >= 4.18)
+    200  u64   tcpi_bytes_sent       bytes incl. retransmissions (kernel >= 4.19)
+    208  u64   tcpi_bytes_retrans    bytes (kernel >= 4.19)
+
+A shorter struct from an older kernel leaves the later fields None.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+TCP_INFO_LEN = 256  # more than any kernel returns today; the kernel copies min(len, sizeof(tcp_info))
+_FIELDS: tuple[tuple[str, int, str], ...] = (
+    ("state", 0, "B"),
+    ("ca_state", 1, "B"),
+    ("snd_mss", 16, "I"),
+    ("lost", 32, "I"),
+    ("retrans", 36, "I"),
+    ("rtt_us", 68, "I"),
+    ("rttvar_us", 72, "I"),
+    ("snd_ssthresh", 76, "I"),
+    ("snd_cwnd", 80, "I"),
+    ("total_retrans", 100, "I"),
+    ("bytes_acked", 120, "Q"),
+    ("bytes_received", 128, "Q"),
+    ("min_rtt_us", 148, "I"),
+    ("delivery_rate", 160, "Q"),
+    ("delivered", 192, "I"),
+    ("delivered_ce", 196, "I"),
+    ("bytes_sent", 200, "Q"),
+    ("bytes_retrans", 208, "Q"),
+)
+
+
+@dataclass(frozen=True)
+class TcpInfo:
+    state: int
+    ca_state: int
+    snd_mss: int
+    lost: int
+    retrans: int
+    rtt_us: int
+    rttvar_us: int
+    snd_ssthresh: int
+    snd_cwnd: int
+    total_retrans: int
+    bytes_acked: int | None
+    bytes_received: int | None
+    min_rtt_us: int | None
+    delivery_rate: int | None
+    delivered: int | None
+    delivered_ce: int | None
+    bytes_sent: int | None
+    bytes_retrans: int | None
+
+
+def parse_tcp_info(raw: bytes) -> TcpInfo:
+    """Bytes returned by getsockopt(TCP_INFO) -> TcpInfo (fields past the end of ``raw`` are None)."""
+    if len(raw) < 104:
+        raise ValueError(f"TCP_INFO too short ({len(raw)} bytes, need 104)")
+    vals: dict[str, int | None] = {}
+    for name, off, fmt in _FIELDS:
+        size = struct.calcsize(fmt)
+        vals[name] = struct.unpack_from("=" + fmt, raw, off)[0] if off + size <= len(raw) else None
+    return TcpInfo(**vals)  # type: ignore[arg-type]
+
+
+def read_tcp_info(sock: socket.socket | int) -> TcpInfo:
+    """TCP_INFO of a connected TCP socket (a socket object or its fd)."""
+    if isinstance(sock, int):
+        s = socket.socket(fileno=sock)
+        try:
+            raw = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
+        finally:
+            s.detach()
+    else:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
+    return parse_tcp_info(raw)
+
+
+def flow_sample(job: str, flow_id: str, t: float, sock: socket.socket | int) -> dict[str, object]:
+    """A flow_samples.csv row (job, flow_id, t, bytes, cwnd, rtt_us, retrans) from the socket's TCP_INFO."""
+    ti = read_tcp_info(sock)
+    return {
+        "job": job,
+        "flow_id": flow_id,
+        "t": t,
+        "bytes": ti.bytes_acked,
+        "cwnd": ti.snd_cwnd,
+        "rtt_us": ti.rtt_us,
+        "retrans": ti.total_retrans,
+    }
