@@ -1,0 +1,504 @@
+"""Typed, frozen job specs for a scenario's ``workload:`` list, parsed from plain data.
+
+Every job is a mapping with ``kind`` and ``name``; ``parse_job`` rejects unknown keys and impossible values with a
+``SpecError`` naming the key path (``workload[2].size``). Sizes use ``testbed.units`` (``"4MB"`` = 4,000,000 bytes,
+``"4MiB"`` = 4,194,304), durations ``"10ms"``, rates ``"10Mbit"``.
+
+Keys common to every kind:
+- ``name``: unique job name (required). ``kind``: one of ``KINDS`` (required).
+- ``start_after``: seconds after the workload starts before this job starts (default 0).
+- ``cc``: per-socket congestion control (``TCP_CONGESTION``) for every TCP socket of the job, e.g. ``cubic``;
+  default: the host namespace's default.
+Keys of the rank-based kinds (collectives, ps, pipeline):
+- ``ranks``: ``all`` (every host, fabric order), ``one_per_leaf`` (first host of each leaf), ``leaf_interleaved``
+  (all hosts ordered round-robin across leaves, so every ring hop crosses a spine) or a list of host names.
+- ``iterations`` (default 10), ``warmup`` (extra iterations first, flagged warmup, default 1),
+  ``compute_gap``: compute time per iteration before the communication (default 0),
+  ``timeout``: seconds the job may run before it is failed (default 60).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.spec import SpecError, check_keys
+from testbed.units import UnitError, parse_bytes, parse_duration, parse_rate
+
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
+KINDS = (
+    *COLLECTIVES,
+    "ps",
+    "pipeline",
+    "iperf",
+    "rtt_probe",
+    "shortflows",
+    "incast",
+    "scapy_train",
+)
+ALGORITHMS = {
+    "allreduce": ("ring", "hierarchical", "tree", "halving_doubling"),
+    "allgather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "broadcast": ("ring", "tree"),
+    "alltoall": ("pairwise",),
+}
+COMMON = {"name", "kind", "start_after", "cc"}
+RANKED = COMMON | {"ranks", "iterations", "warmup", "compute_gap", "timeout"}
+
+
+def _p(path: str, key: str) -> str:
+    return f"{path}.{key}"
+
+
+def _conv(path: str, fn: Any, value: Any) -> Any:
+    try:
+        return fn(value)
+    except UnitError as exc:
+        raise SpecError(path, str(exc)) from None
+
+
+def _int(path: str, value: Any, lo: int, hi: int = 10**9) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise SpecError(path, f"expected an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _num(path: str, value: Any, lo: float, hi: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not lo <= value <= hi
+    ):
+        raise SpecError(path, f"expected a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise SpecError(path, f"must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _hosts(path: str, value: Any, minimum: int = 1) -> tuple[str, ...]:
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) < minimum
+        or not all(isinstance(h, str) for h in value)
+    ):
+        raise SpecError(
+            path, f"expected a list of at least {minimum} host names, got {value!r}"
+        )
+    if len(set(value)) != len(value):
+        raise SpecError(path, f"host names repeat: {value!r}")
+    return tuple(value)
+
+
+def _ranks(path: str, value: Any) -> str | tuple[str, ...]:
+    if isinstance(value, str):
+        return _choice(path, value, ("all", "one_per_leaf", "leaf_interleaved"))
+    return _hosts(path, value, 2)
+
+
+def _pairs(path: str, value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list) or not value:
+        raise SpecError(
+            path, f"expected a list of [src, dst] host pairs, got {value!r}"
+        )
+    out = []
+    for i, pair in enumerate(value):
+        if (
+            not isinstance(pair, (list, tuple))
+            or len(pair) != 2
+            or not all(isinstance(h, str) for h in pair)
+        ):
+            raise SpecError(f"{path}[{i}]", f"expected [src, dst], got {pair!r}")
+        if pair[0] == pair[1]:
+            raise SpecError(f"{path}[{i}]", "src and dst are the same host")
+        out.append((pair[0], pair[1]))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class JobBase:
+    name: str
+    kind: str
+    start_after: float = 0.0
+    cc: str | None = None
+
+
+@dataclass(frozen=True)
+class RankedJob(JobBase):
+    ranks: str | tuple[str, ...] = "all"
+    iterations: int = 10
+    warmup: int = 1
+    compute_gap: float = 0.0
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class CollectiveJob(RankedJob):
+    """A collective (``kind`` in COLLECTIVES). Keys beyond the common ones:
+    ``size``: the buffer S in bytes (nccl-tests' S: the total buffer for allgather/reduce_scatter/alltoall);
+    ``algorithm``: allreduce ring|hierarchical|tree|halving_doubling, broadcast ring|tree (pipelined chain or
+    binary tree), others ring (alltoall: pairwise); ``slice``: the pipelining unit a rank forwards as soon as it has
+    it (default 128KB); ``bucket``: split the buffer into this many buckets, bucket i ready after
+    (i+1)/bucket of ``compute_gap`` (overlapped with compute; default 1 = no bucketing); ``compression``: ratio r,
+    every message carries S/r bytes (default 1)."""
+
+    size: int = 4_000_000
+    algorithm: str = "ring"
+    slice: int = 131_072
+    bucket: int = 1
+    compression: float = 1.0
+
+    @property
+    def wire_size(self) -> int:
+        return max(1, int(self.size / self.compression))
+
+
+@dataclass(frozen=True)
+class PsJob(RankedJob):
+    """Parameter server: ``workers`` and ``servers`` (host lists, required; ``ranks`` is not used); each worker pushes ``size`` bytes of gradients (sharded S/P per server) then pulls ``size``
+    bytes back, all workers at once."""
+
+    workers: tuple[str, ...] = ()
+    servers: tuple[str, ...] = ()
+    size: int = 4_000_000
+    slice: int = 131_072
+
+
+@dataclass(frozen=True)
+class PipelineJob(RankedJob):
+    """Pipeline parallelism: ``stages`` (host list, stage order), ``microbatches`` M, ``activation`` and
+    ``gradient`` message sizes, ``compute`` time per micro-batch per stage forward (``compute_bwd`` backward,
+    default = ``compute``), ``schedule`` gpipe|1f1b (``ranks`` is not used)."""
+
+    stages: tuple[str, ...] = ()
+    microbatches: int = 8
+    activation: int = 1_000_000
+    gradient: int = 1_000_000
+    compute: float = 0.05
+    compute_bwd: float = 0.05
+    schedule: str = "gpipe"
+
+
+@dataclass(frozen=True)
+class IperfJob(JobBase):
+    """iperf3 flow(s) src -> dst: ``proto`` tcp|udp, ``rate`` (udp target rate, or a tcp cap), ``duration``,
+    ``parallel`` streams, ``on``/``off`` seconds (on/off cycling: repeated clients of ``on`` s separated by ``off``
+    s for ``duration`` in total; default long-lived), ``port`` (default 5201 + job index), ``interval`` of the
+    JSON samples (default 0.1 s)."""
+
+    src: str = ""
+    dst: str = ""
+    proto: str = "tcp"
+    rate_bps: int | None = None
+    duration: float = 5.0
+    parallel: int = 1
+    on: float | None = None
+    off: float | None = None
+    interval: float = 0.1
+
+
+@dataclass(frozen=True)
+class RttProbeJob(JobBase):
+    """Latency probe: request/response of ``size`` bytes over TCP (``proto``; or udp) between each [src, dst] of
+    ``pairs`` every ``interval`` seconds for ``duration`` seconds; each round trip goes to rtt.csv."""
+
+    pairs: tuple[tuple[str, str], ...] = ()
+    interval: float = 0.01
+    size: int = 64
+    duration: float = 5.0
+    proto: str = "tcp"
+
+
+@dataclass(frozen=True)
+class ShortFlowsJob(JobBase):
+    """Short flows (``kind: shortflows``: each sender opens ``count`` flows to the receiver, ``concurrency`` at a
+    time) or incast (``kind: incast``: ``count`` rounds, in each every sender sends one flow at once).
+    ``senders`` (host list), ``receiver``, ``sizes``: a list of [size, weight] (size distribution; one size: a
+    single item), ``seed`` of the size draw, ``timeout``."""
+
+    senders: tuple[str, ...] = ()
+    receiver: str = ""
+    sizes: tuple[tuple[int, float], ...] = ((100_000, 1.0),)
+    count: int = 20
+    concurrency: int = 1
+    seed: int = 1
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class ScapyTrainJob(JobBase):
+    """Packet trains from ``src`` to ``dst`` with scapy: ``trains`` bursts of ``burst`` back-to-back packets of
+    ``size`` bytes (IP packet), ``gap`` seconds between bursts, ``payload`` roce (UDP 4791 + BTH) or udp, ``ecn``
+    ect0|ect1|not_ect|ce, ``capture``: record what arrives at dst (counts, CE marks, order)."""
+
+    src: str = ""
+    dst: str = ""
+    trains: int = 10
+    burst: int = 32
+    size: int = 1000
+    gap: float = 0.01
+    payload: str = "roce"
+    ecn: str = "ect0"
+    capture: bool = True
+
+
+JobSpec = (
+    CollectiveJob
+    | PsJob
+    | PipelineJob
+    | IperfJob
+    | RttProbeJob
+    | ShortFlowsJob
+    | ScapyTrainJob
+)
+
+
+def _ranked(data: Mapping[str, Any], path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "ranks" in data:
+        out["ranks"] = _ranks(_p(path, "ranks"), data["ranks"])
+    if "iterations" in data:
+        out["iterations"] = _int(_p(path, "iterations"), data["iterations"], 1, 100_000)
+    if "warmup" in data:
+        out["warmup"] = _int(_p(path, "warmup"), data["warmup"], 0, 1000)
+    for key in ("compute_gap", "timeout"):
+        if key in data:
+            out[key] = _conv(_p(path, key), parse_duration, data[key])
+    return out
+
+
+def _sizes(path: str, value: Any) -> tuple[tuple[int, float], ...]:
+    if not isinstance(value, list):
+        return ((_conv(path, parse_bytes, value), 1.0),)
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise SpecError(f"{path}[{i}]", f"expected [size, weight], got {item!r}")
+        out.append(
+            (
+                _conv(f"{path}[{i}]", parse_bytes, item[0]),
+                _num(f"{path}[{i}]", item[1], 1e-9, 1e9),
+            )
+        )
+    if not out:
+        raise SpecError(path, "empty size distribution")
+    return tuple(out)
+
+
+def parse_job(data: Any, path: str) -> JobSpec:
+    """Build one job spec from a scenario mapping; raise SpecError naming the key path on anything wrong."""
+    check_keys(
+        data, set(data) if isinstance(data, Mapping) else set(), path, {"kind", "name"}
+    )
+    kind = _choice(_p(path, "kind"), data["kind"], KINDS)
+    name = data["name"]
+    if (
+        not isinstance(name, str)
+        or not name
+        or not name.replace("_", "").replace("-", "").isalnum()
+    ):
+        raise SpecError(
+            _p(path, "name"),
+            f"expected a name of letters, digits, - and _, got {name!r}",
+        )
+    base: dict[str, Any] = {"name": name, "kind": kind}
+    if "start_after" in data:
+        base["start_after"] = _conv(
+            _p(path, "start_after"), parse_duration, data["start_after"]
+        )
+    if "cc" in data:
+        base["cc"] = _choice(
+            _p(path, "cc"), data["cc"], ("reno", "cubic", "bbr", "dctcp")
+        )
+    g = data.get
+    if kind in COLLECTIVES:
+        check_keys(
+            data, RANKED | {"size", "algorithm", "slice", "bucket", "compression"}, path
+        )
+        spec = CollectiveJob(
+            **base,
+            **_ranked(data, path),
+            size=_conv(_p(path, "size"), parse_bytes, g("size", "4MB")),
+            algorithm=_choice(
+                _p(path, "algorithm"),
+                g("algorithm", ALGORITHMS[kind][0]),
+                ALGORITHMS[kind],
+            ),
+            slice=_conv(_p(path, "slice"), parse_bytes, g("slice", 131_072)),
+            bucket=_int(_p(path, "bucket"), g("bucket", 1), 1, 1024),
+            compression=_num(_p(path, "compression"), g("compression", 1), 1.0, 1e6),
+        )
+        return spec
+    if kind == "ps":
+        check_keys(
+            data,
+            (RANKED - {"ranks"}) | {"workers", "servers", "size", "slice"},
+            path,
+            {"workers", "servers"},
+        )
+        workers = _hosts(_p(path, "workers"), data["workers"])
+        servers = _hosts(_p(path, "servers"), data["servers"])
+        if set(workers) & set(servers):
+            raise SpecError(
+                _p(path, "servers"),
+                f"a host is both worker and server: {sorted(set(workers) & set(servers))}",
+            )
+        return PsJob(
+            **base,
+            **_ranked(data, path),
+            workers=workers,
+            servers=servers,
+            size=_conv(_p(path, "size"), parse_bytes, g("size", "4MB")),
+            slice=_conv(_p(path, "slice"), parse_bytes, g("slice", 131_072)),
+        )
+    if kind == "pipeline":
+        keys = {
+            "stages",
+            "microbatches",
+            "activation",
+            "gradient",
+            "compute",
+            "compute_bwd",
+            "schedule",
+        }
+        check_keys(data, (RANKED - {"ranks"}) | keys, path, {"stages"})
+        compute = _conv(_p(path, "compute"), parse_duration, g("compute", 0.05))
+        return PipelineJob(
+            **base,
+            **_ranked(data, path),
+            stages=_hosts(_p(path, "stages"), data["stages"], 2),
+            microbatches=_int(
+                _p(path, "microbatches"), g("microbatches", 8), 1, 10_000
+            ),
+            activation=_conv(
+                _p(path, "activation"), parse_bytes, g("activation", "1MB")
+            ),
+            gradient=_conv(_p(path, "gradient"), parse_bytes, g("gradient", "1MB")),
+            compute=compute,
+            compute_bwd=_conv(
+                _p(path, "compute_bwd"), parse_duration, g("compute_bwd", compute)
+            ),
+            schedule=_choice(
+                _p(path, "schedule"), g("schedule", "gpipe"), ("gpipe", "1f1b")
+            ),
+        )
+    if kind == "iperf":
+        keys = {
+            "src",
+            "dst",
+            "proto",
+            "rate",
+            "duration",
+            "parallel",
+            "on",
+            "off",
+            "interval",
+        }
+        check_keys(data, COMMON | keys, path, {"src", "dst"})
+        proto = _choice(_p(path, "proto"), g("proto", "tcp"), ("tcp", "udp"))
+        if proto == "udp" and "rate" not in data:
+            raise SpecError(_p(path, "rate"), "a udp flow needs a rate")
+        if ("on" in data) != ("off" in data):
+            raise SpecError(
+                _p(path, "on" if "on" not in data else "off"), "on and off go together"
+            )
+        src, dst = _hosts(_p(path, "src"), [g("src"), g("dst")], 2)
+        return IperfJob(
+            **base,
+            src=src,
+            dst=dst,
+            proto=proto,
+            rate_bps=_conv(_p(path, "rate"), parse_rate, data["rate"])
+            if "rate" in data
+            else None,
+            duration=_conv(_p(path, "duration"), parse_duration, g("duration", 5)),
+            parallel=_int(_p(path, "parallel"), g("parallel", 1), 1, 128),
+            on=_conv(_p(path, "on"), parse_duration, data["on"])
+            if "on" in data
+            else None,
+            off=_conv(_p(path, "off"), parse_duration, data["off"])
+            if "off" in data
+            else None,
+            interval=_conv(_p(path, "interval"), parse_duration, g("interval", 0.1)),
+        )
+    if kind == "rtt_probe":
+        check_keys(
+            data,
+            COMMON | {"pairs", "interval", "size", "duration", "proto"},
+            path,
+            {"pairs"},
+        )
+        return RttProbeJob(
+            **base,
+            pairs=_pairs(_p(path, "pairs"), data["pairs"]),
+            interval=_conv(_p(path, "interval"), parse_duration, g("interval", 0.01)),
+            size=_conv(_p(path, "size"), parse_bytes, g("size", 64)),
+            duration=_conv(_p(path, "duration"), parse_duration, g("duration", 5)),
+            proto=_choice(_p(path, "proto"), g("proto", "tcp"), ("tcp", "udp")),
+        )
+    if kind in ("shortflows", "incast"):
+        keys = {
+            "senders",
+            "receiver",
+            "sizes",
+            "count",
+            "concurrency",
+            "seed",
+            "timeout",
+        }
+        check_keys(data, COMMON | keys, path, {"senders", "receiver"})
+        senders = _hosts(_p(path, "senders"), data["senders"])
+        receiver = data["receiver"]
+        if not isinstance(receiver, str) or receiver in senders:
+            raise SpecError(
+                _p(path, "receiver"),
+                f"expected a host name that is not a sender, got {receiver!r}",
+            )
+        return ShortFlowsJob(
+            **base,
+            senders=senders,
+            receiver=receiver,
+            sizes=_sizes(_p(path, "sizes"), g("sizes", "100KB")),
+            count=_int(_p(path, "count"), g("count", 20), 1, 100_000),
+            concurrency=_int(_p(path, "concurrency"), g("concurrency", 1), 1, 1000),
+            seed=_int(_p(path, "seed"), g("seed", 1), 0, 2**31),
+            timeout=_conv(_p(path, "timeout"), parse_duration, g("timeout", 60)),
+        )
+    keys = {"src", "dst", "trains", "burst", "size", "gap", "payload", "ecn", "capture"}
+    check_keys(data, COMMON | keys, path, {"src", "dst"})
+    src, dst = _hosts(_p(path, "src"), [g("src"), g("dst")], 2)
+    capture = g("capture", True)
+    if not isinstance(capture, bool):
+        raise SpecError(_p(path, "capture"), f"expected true or false, got {capture!r}")
+    return ScapyTrainJob(
+        **base,
+        src=src,
+        dst=dst,
+        trains=_int(_p(path, "trains"), g("trains", 10), 1, 100_000),
+        burst=_int(_p(path, "burst"), g("burst", 32), 1, 100_000),
+        size=_int(_p(path, "size"), g("size", 1000), 64, 9000),
+        gap=_conv(_p(path, "gap"), parse_duration, g("gap", 0.01)),
+        payload=_choice(_p(path, "payload"), g("payload", "roce"), ("roce", "udp")),
+        ecn=_choice(
+            _p(path, "ecn"), g("ecn", "ect0"), ("ect0", "ect1", "not_ect", "ce")
+        ),
+        capture=capture,
+    )
+
+
+def parse_workload(data: Any, path: str = "workload") -> tuple[JobSpec, ...]:
+    """Parse the ``workload:`` list; job names must be unique."""
+    if not isinstance(data, list):
+        raise SpecError(path, f"expected a list of jobs, got {type(data).__name__}")
+    jobs = tuple(parse_job(item, f"{path}[{i}]") for i, item in enumerate(data))
+    seen: set[str] = set()
+    for i, job in enumerate(jobs):
+        if job.name in seen:
+            raise SpecError(f"{path}[{i}].name", f"duplicate job name {job.name!r}")
+        seen.add(job.name)
+    return jobs

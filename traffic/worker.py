@@ -1,0 +1,369 @@
+"""Per-host worker of the rank-based jobs (collectives, parameter server, pipeline): one process per rank.
+
+Run as ``/usr/bin/python3 -m traffic.worker CONFIG.json RANK`` inside the host's namespace. It builds the job's
+whole schedule (``traffic.schedule``) from the config, keeps its own rank's part, connects one TCP socket per peer
+(the lower rank connects; ``TCP_CONGESTION`` set per socket when the job says ``cc``), and runs every iteration
+after a barrier held by rank 0 (all ranks start at the same instant of the shared clock). Per peer one sender
+thread (``sendall`` from one preallocated buffer) and one receiver thread (``recv_into`` a preallocated buffer);
+a condition variable releases sends/computes whose dependencies are met. No per-byte Python work.
+
+Output: JSON lines in ``<out>``: ``step`` records (one per iteration, step, op, peer), ``iter`` records (per rank)
+and one final ``cpu`` record (user+system seconds of this process, wall seconds). Any error, a dead peer or a
+timeout ends the process with a non-zero exit and a message on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from typing import Any
+
+from traffic.schedule import (
+    COMPUTE,
+    RankProgram,
+    Schedule,
+    Token,
+    collective_schedule,
+    pipeline_schedule,
+    ps_schedule,
+)
+
+BARRIER_LEAD = 0.01  # rank 0 announces a start this far in the future (>> one RTT), then every rank sleeps to it
+
+
+def build_schedule(cfg: dict[str, Any]) -> Schedule:
+    kind = cfg["kind"]
+    if kind == "ps":
+        return ps_schedule(cfg["workers"], cfg["servers"], cfg["size"], cfg["slice"])
+    if kind == "pipeline":
+        p = cfg["pipeline"]
+        return pipeline_schedule(
+            len(cfg["hosts"]),
+            p["microbatches"],
+            p["activation"],
+            p["gradient"],
+            p["compute"],
+            p["compute_bwd"],
+            p["schedule"],
+        )
+    return collective_schedule(
+        kind,
+        cfg["algorithm"],
+        len(cfg["hosts"]),
+        cfg["wire_size"],
+        cfg["slice"],
+        cfg.get("leaves"),
+        cfg.get("bucket", 1),
+        cfg.get("compute_gap", 0.0),
+    )
+
+
+def _tune(sock: socket.socket, cc: str | None) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if cc:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("peer closed the connection")
+        got += k
+    return bytes(buf)
+
+
+def connect_peers(
+    cfg: dict[str, Any], rank: int, peers: set[int], deadline: float
+) -> dict[int, socket.socket]:
+    """One TCP connection per peer: connect to higher ranks' listeners, accept lower ones (each says its rank)."""
+    hosts, port, cc = cfg["hosts"], cfg["port"], cfg.get("cc")
+    lst = socket.create_server(("0.0.0.0", hosts[rank].get("port", port)), backlog=64)
+    lst.settimeout(max(0.1, deadline - time.time()))
+    socks: dict[int, socket.socket] = {}
+    for p in sorted(x for x in peers if x > rank):
+        while True:
+            try:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                _tune(s, cc)
+                s.settimeout(1.0)
+                s.connect((hosts[p]["ip"], hosts[p].get("port", port)))
+                break
+            except OSError:
+                s.close()
+                if time.time() > deadline:
+                    raise TimeoutError(
+                        f"rank {rank}: cannot connect to rank {p} at {hosts[p]['ip']}:{port}"
+                    ) from None
+                time.sleep(0.05)
+        s.sendall(struct.pack("!I", rank))
+        socks[p] = s
+    need = {x for x in peers if x < rank}
+    while need:
+        s, _ = lst.accept()
+        _tune(s, cc)
+        s.settimeout(max(0.1, deadline - time.time()))
+        (r,) = struct.unpack("!I", _recv_exact(s, 4))
+        socks[r] = s
+        need.discard(r)
+    lst.close()
+    for s in socks.values():
+        s.settimeout(cfg["timeout"])
+    return socks
+
+
+class Barrier:
+    """Rank 0 collects one byte per rank and answers everyone with a common start time (shared clock)."""
+
+    def __init__(self, cfg: dict[str, Any], rank: int, deadline: float):
+        self.rank, self.n, self.socks = rank, len(cfg["hosts"]), []
+        port = cfg["hosts"][0].get("port", cfg["port"]) + 1
+        if rank == 0:
+            lst = socket.create_server(("0.0.0.0", port), backlog=256)
+            lst.settimeout(max(0.1, deadline - time.time()))
+            for _ in range(self.n - 1):
+                s, _ = lst.accept()
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                s.settimeout(cfg["timeout"])
+                self.socks.append(s)
+            lst.close()
+        else:
+            while True:
+                try:
+                    s = socket.create_connection(
+                        (cfg["hosts"][0]["ip"], port), timeout=1.0
+                    )
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise TimeoutError(
+                            f"rank {rank}: cannot reach the barrier at rank 0"
+                        ) from None
+                    time.sleep(0.05)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.settimeout(cfg["timeout"])
+            self.socks.append(s)
+
+    def wait(self) -> float:
+        if self.rank == 0:
+            for s in self.socks:
+                _recv_exact(s, 1)
+            go = time.time() + BARRIER_LEAD
+            for s in self.socks:
+                s.sendall(struct.pack("!d", go))
+        else:
+            self.socks[0].sendall(b"R")
+            (go,) = struct.unpack("!d", _recv_exact(self.socks[0], 8))
+        delay = go - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        return go
+
+
+class Iteration:
+    """Runs one iteration of a rank's program over connected sockets; collects (step, op, peer, t0, t1, bytes)."""
+
+    def __init__(
+        self,
+        prog: RankProgram,
+        socks: dict[int, socket.socket],
+        sendbuf: memoryview,
+        t0: float,
+    ):
+        self.prog, self.socks, self.sendbuf, self.t0 = prog, socks, sendbuf, t0
+        self.cond = threading.Condition()
+        self.counts: dict[int, int] = {}
+        self.error: BaseException | None = None
+        self.records: list[tuple[int, str, int, float, float, int]] = []
+
+    def _wait(self, deps: tuple[Token, ...]) -> None:
+        with self.cond:
+            while self.error is None and any(
+                self.counts.get(p, 0) < c for p, c in deps
+            ):
+                self.cond.wait(1.0)
+            if self.error is not None:
+                raise RuntimeError("another thread failed")
+
+    def _bump(self, key: int) -> None:
+        with self.cond:
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self.cond.notify_all()
+
+    def _guard(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            with self.cond:
+                if self.error is None:
+                    self.error = exc
+                self.cond.notify_all()
+
+    def _sender(self, peer: int) -> None:
+        sock, rec = self.socks[peer], self.records.append
+        for msg in self.prog.sends[peer]:
+            if msg.deps:
+                self._wait(msg.deps)
+            if msg.not_before:
+                delay = self.t0 + msg.not_before - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+            ts = time.time()
+            sock.sendall(self.sendbuf[: msg.nbytes])
+            rec((msg.step, "send", peer, ts, time.time(), msg.nbytes))
+
+    def _receiver(self, peer: int) -> None:
+        sock, rec = self.socks[peer], self.records.append
+        queue = self.prog.recvs[peer]
+        buf = memoryview(bytearray(max(n for n, _ in queue)))
+        for nbytes, step in queue:
+            got, ts = 0, 0.0
+            while got < nbytes:
+                k = sock.recv_into(buf[got:nbytes])
+                if k == 0:
+                    raise ConnectionError(f"peer rank {peer} closed the connection")
+                if got == 0:
+                    ts = time.time()
+                got += k
+            rec((step, "recv", peer, ts, time.time(), nbytes))
+            self._bump(peer)
+
+    def _computer(self) -> None:
+        for item in self.prog.computes:
+            self._wait(item.deps)
+            ts = time.time()
+            time.sleep(item.seconds)
+            self.records.append((item.step, "compute", -1, ts, time.time(), 0))
+            self._bump(COMPUTE)
+
+    def run(self, timeout: float) -> float:
+        threads = [
+            threading.Thread(target=self._guard, args=(self._sender, p), daemon=True)
+            for p in self.prog.sends
+        ]
+        threads += [
+            threading.Thread(target=self._guard, args=(self._receiver, p), daemon=True)
+            for p in self.prog.recvs
+        ]
+        if self.prog.computes:
+            threads.append(
+                threading.Thread(
+                    target=self._guard, args=(self._computer,), daemon=True
+                )
+            )
+        for t in threads:
+            t.start()
+        deadline = time.time() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.time()))
+            if t.is_alive():
+                raise TimeoutError(f"iteration did not finish within {timeout:g} s")
+        if self.error is not None:
+            raise self.error
+        return time.time()
+
+
+def aggregate(
+    records: list[tuple[int, str, int, float, float, int]],
+) -> list[tuple[int, str, int, float, float, int]]:
+    """One record per (step, op, peer): first start, last end, bytes summed (slices folded into their step)."""
+    acc: dict[tuple[int, str, int], list[float]] = {}
+    for step, op, peer, ts, te, n in records:
+        a = acc.get((step, op, peer))
+        if a is None:
+            acc[(step, op, peer)] = [ts, te, n]
+        else:
+            a[0], a[1], a[2] = min(a[0], ts), max(a[1], te), a[2] + n
+    return sorted(
+        ((k[0], k[1], k[2], v[0], v[1], int(v[2])) for k, v in acc.items()),
+        key=lambda r: (r[3], r[0]),
+    )
+
+
+def main(argv: list[str]) -> int:
+    cfg_path, rank = argv[0], int(argv[1])
+    with open(cfg_path) as fh:
+        cfg = json.load(fh)
+    start_wall, start_cpu = time.time(), os.times()
+    deadline = time.time() + cfg.get("connect_timeout", 20.0)
+    prog = build_schedule(cfg).ranks[rank]
+    peers = set(prog.sends) | set(prog.recvs)
+    socks = connect_peers(cfg, rank, peers, deadline)
+    barrier = Barrier(cfg, rank, deadline)
+    biggest = max((m.nbytes for q in prog.sends.values() for m in q), default=1)
+    sendbuf = memoryview(
+        bytearray(os.urandom(min(biggest, 1 << 16)) * (-(-biggest // (1 << 16))))
+    )
+    gap = float(cfg.get("compute_gap", 0.0)) if cfg.get("bucket", 1) == 1 else 0.0
+    out_path = cfg["out"].format(rank=rank)
+    with open(out_path, "w") as out:
+        for it in range(cfg["warmup"] + cfg["iterations"]):
+            go = barrier.wait()
+            if gap > 0:
+                time.sleep(gap)
+            t_start = time.time() if gap > 0 else go
+            run = Iteration(prog, socks, sendbuf, go)
+            t_end = run.run(cfg["timeout"])
+            warm = it < cfg["warmup"]
+            out.writelines(json.dumps(
+                        {
+                            "type": "step",
+                            "iter": it,
+                            "warmup": warm,
+                            "rank": rank,
+                            "step": step,
+                            "op": op,
+                            "peer": peer,
+                            "t_start": ts,
+                            "t_end": te,
+                            "bytes": n,
+                        }
+                    )
+                    + "\n" for step, op, peer, ts, te, n in aggregate(run.records))
+            out.write(
+                json.dumps(
+                    {
+                        "type": "iter",
+                        "iter": it,
+                        "warmup": warm,
+                        "rank": rank,
+                        "t_start": t_start,
+                        "t_end": t_end,
+                        "bytes_sent": prog.bytes_sent(),
+                    }
+                )
+                + "\n"
+            )
+        cpu = os.times()
+        out.write(
+            json.dumps(
+                {
+                    "type": "cpu",
+                    "rank": rank,
+                    "cpu_s": cpu.user + cpu.system - start_cpu.user - start_cpu.system,
+                    "wall_s": time.time() - start_wall,
+                }
+            )
+            + "\n"
+        )
+    barrier.wait()  # nobody closes its sockets before every rank has received everything
+    for s in socks.values():
+        s.close()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except Exception as exc:  # noqa: BLE001 - the generator reports this stderr line
+        print(
+            f"traffic.worker: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True
+        )
+        sys.exit(2)
