@@ -1,0 +1,7 @@
+"""The one error type of testbed.ecn: a marking or congestion-control setting this machine cannot carry out."""
+
+from __future__ import annotations
+
+
+class EcnError(RuntimeError):
+    """Raised with the reason and, where there is one, how to get the missing capability."""
