@@ -1,0 +1,59 @@
+"""``python3 -m testbed report RUN_DIR... [-o OUT_DIR]``: compare run records, write table, figures and HTML.
+
+Never writes into the run records: metrics are computed afresh from the tables (so an incomplete run, which has
+no summary.json, is reported like any other and labelled as such).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from results.compare import compare, to_markdown, to_text, write_csv
+from results.html import reading, render
+from results.plots import make_plots
+from results.record import RecordError, find_runs
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m testbed report",
+                                description="Compare run records (run directories or parents of sweeps).")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="a run directory or a directory above runs")
+    p.add_argument("-o", "--out", type=Path, default=None,
+                   help="output directory (default: ./reports/<UTC timestamp>)")
+    p.add_argument("--no-plots", action="store_true", help="only the table (CSV, Markdown, terminal)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log skipped figures and progress")
+    return p
+
+
+def report_main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        runs = find_runs(args.runs)
+    except RecordError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out.mkdir(parents=True, exist_ok=True)
+    cmp = compare(runs)
+    print(to_text(cmp))
+    write_csv(cmp, out / "comparison.csv")
+    (out / "comparison.md").write_text(to_markdown(cmp), encoding="utf-8")
+    written = [out / "comparison.csv", out / "comparison.md"]
+    if not args.no_plots:
+        plots = make_plots(cmp, out / "plots")
+        for name, reason in plots.skipped.items():
+            print(f"figure {name} not drawn: {reason}")
+        (out / "report.html").write_text(render(cmp, plots), encoding="utf-8")
+        written += [out / "report.html", out / "plots"]
+    print(reading(cmp))
+    print(f"{len(runs)} run(s), {len(cmp.rows)} row(s); wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(report_main(sys.argv[1:]))

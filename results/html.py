@@ -1,0 +1,161 @@
+"""One self-contained HTML report: inline CSS, PNG figures embedded as base64, no external reference at all, so
+it opens offline. It holds the automatic reading of the differences, the comparison table, the figures, the
+scenario and the environment (kernel, capabilities, tools, git revision) of the runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import yaml
+
+from results.compare import Comparison, Row, cell_text, fmt, table_cells
+from results.plots import Plots
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1500px;color:#222;padding:0 16px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;
+text-align:right;white-space:nowrap}th{background:#f1f1f1}td:first-child,td:nth-child(2),td:nth-child(4)
+{text-align:left}.scroll{overflow-x:auto}.bad{background:#fde2e2}.na{color:#999}
+figure{display:inline-block;margin:8px;vertical-align:top}figure img{max-width:720px;border:1px solid #ddd}
+pre{background:#f7f7f7;padding:8px;font-size:12px;overflow-x:auto;max-height:420px}
+.reading{background:#eef5ff;padding:10px 14px;border-left:4px solid #1f77b4}.notes{font-size:12px;color:#555}
+"""
+
+# (summary key, what, lower is better)
+_READ = (("coll_iter_p99_s", "collective iteration p99", True), ("fct_p99_s", "FCT p99", True),
+         ("rtt_p99_s", "RTT p99 under load", True), ("goodput_bps", "aggregate goodput", False))
+_UNITS = {"coll_iter_p99_s": "ms", "fct_p99_s": "ms", "rtt_p99_s": "ms", "goodput_bps": "Mb/s", "drops_total": "n"}
+
+
+def _overlap(a: Row, b: Row, key: str) -> bool:
+    ca, cb = a.cells[key], b.cells[key]
+    if ca.mean is None or cb.mean is None or ca.ci95 is None or cb.ci95 is None:
+        return False
+    return abs(ca.mean - cb.mean) <= ca.ci95 + cb.ci95
+
+
+def reading(cmp: Comparison) -> str:
+    """One paragraph of plain text: the best variant per headline metric, drops per variant, caveats."""
+    done = [r for r in cmp.rows if r.status == "complete"]
+    keys = ", ".join(cmp.variants.keys) or "nothing (one scenario)"
+    parts = [f"{len(cmp.rows)} row(s) from {sum(len(r.runs) for r in cmp.rows)} run(s); the scenarios differ in "
+             f"{keys}."]
+    for key, what, lower in _READ:
+        have = [r for r in done if r.cells[key].mean is not None]
+        if len(have) < 2:
+            continue
+        have.sort(key=lambda r: r.cells[key].mean or 0.0, reverse=not lower)
+        best, rest = have[0], have[1:]
+        unit = _UNITS[key]
+        others = ", ".join(f"{cell_text(r.cells[key], unit)} {unit} for {r.variant}" for r in rest)
+        word = "lowest" if lower else "highest"
+        text = f"{best.variant} had the {word} {what} ({cell_text(best.cells[key], unit)} {unit}; {others})"
+        if any(_overlap(best, r, key) for r in rest):
+            text += ", though the 95% confidence intervals overlap"
+        parts.append(text + ".")
+    drops = [f"{r.variant}: {fmt(r.cells['drops_total'].mean, 'n')}" for r in done
+             if r.cells["drops_total"].mean is not None]
+    if drops:
+        parts.append("Drops (mean per run): " + "; ".join(drops) + ".")
+    marks = [f"{r.variant}: {fmt(r.cells['marks_total'].mean, 'n')}" for r in done
+             if r.cells["marks_total"].mean]
+    if marks:
+        parts.append("ECN marks: " + "; ".join(marks) + ".")
+    odd = [f"{r.variant} ({r.status}, {len(r.runs)} run(s))" for r in cmp.rows if r.status != "complete"]
+    if odd:
+        parts.append("Not complete, shown apart and left out of this reading: " + "; ".join(odd) + ".")
+    unfaithful = [r.variant for r in cmp.rows if r.fidelity.startswith("NOT")]
+    if unfaithful:
+        parts.append("Fidelity guardrails failed for: " + ", ".join(unfaithful) + " (treat those numbers with care).")
+    if not done:
+        parts.append("No run completed, so no variant is compared.")
+    return " ".join(parts)
+
+
+def _table(cmp: Comparison) -> str:
+    headers, body, notes = table_cells(cmp)
+    out = ["<div class='scroll'><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
+    for row, line in zip(cmp.rows, body):
+        cls = "" if row.status == "complete" and not row.fidelity.startswith("NOT") else " class='bad'"
+        cells = "".join(f"<td class='na'>{html.escape(c)}</td>" if c.startswith("n/a") else f"<td>{html.escape(c)}</td>"
+                        for c in line)
+        out.append(f"<tr{cls}>{cells}</tr>")
+    out.append("</table></div>")
+    out.append("<p class='notes'>Means over repetitions ± half-width of the 95% confidence interval (Student t). "
+               "Units in the headers.</p>")
+    if notes:
+        out.append("<ol class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ol>")
+    return "\n".join(out)
+
+
+def _figures(plots: Plots) -> str:
+    out = []
+    for name, paths in plots.files.items():
+        png = next(p for p in paths if p.suffix == ".png")
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        title = html.escape(plots.titles.get(name, name))
+        out.append(f"<figure><img alt='{title}' src='data:image/png;base64,{data}'>"
+                   f"<figcaption>{title} ({html.escape(png.name)}, SVG beside it)</figcaption></figure>")
+    if plots.skipped:
+        out.append("<p class='notes'>Figures not drawn:</p><ul class='notes'>" + "".join(
+            f"<li>{html.escape(plots.titles.get(n, n))}: {html.escape(r)}</li>" for n, r in plots.skipped.items())
+            + "</ul>")
+    return "\n".join(out)
+
+
+def _pre(data: Any) -> str:
+    try:
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    except yaml.YAMLError:
+        text = json.dumps(data, indent=2, default=str)
+    return f"<pre>{html.escape(text)}</pre>"
+
+
+ENV_KEYS = ("git_revision", "kernel", "hostname", "cpus", "capabilities", "tools", "sysctls", "marking", "fidelity")
+
+
+def _environment(cmp: Comparison) -> str:
+    runs = [r for row in cmp.rows for r in row.runs]
+    first = runs[0].manifest
+    out = [_pre({k: first.get(k) for k in ENV_KEYS if first.get(k) is not None})]
+    for key in ("git_revision", "kernel", "hostname", "tools"):
+        seen = {json.dumps(r.manifest.get(key), sort_keys=True, default=str) for r in runs}
+        if len(seen) > 1:
+            out.append(f"<p class='bad'>The runs differ in <b>{key}</b>: {html.escape(', '.join(sorted(seen)))}</p>")
+    return "\n".join(out)
+
+
+def _runs(cmp: Comparison) -> str:
+    out = ["<table><tr><th>run</th><th>variant</th><th>repeat</th><th>status</th><th>started</th><th>path</th></tr>"]
+    for row in cmp.rows:
+        for r in row.runs:
+            m = r.manifest
+            out.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
+                r.run_id, row.variant, m.get("repeat_index"), r.status, m.get("started_at"), r.path)) + "</tr>")
+    return "\n".join(out) + "</table>"
+
+
+def render(cmp: Comparison, plots: Plots, title: str | None = None) -> str:
+    names = sorted({str(r.manifest.get("scenario_name")) for row in cmp.rows for r in row.runs})
+    title = title or f"Testbed report: {', '.join(names)}"
+    base = next((r for row in cmp.rows for r in row.runs if r.status == "complete"), cmp.rows[0].runs[0])
+    variants = {row.variant: cmp.variants.values[row.runs[0].run_id] for row in cmp.rows}
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return "\n".join([
+        "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
+        f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
+        f"<p class='notes'>Generated {now} by results.html from the run records listed at the end.</p>",
+        f"<h2>Reading</h2><p class='reading'>{html.escape(reading(cmp))}</p>",
+        "<h2>Comparison</h2>", _table(cmp),
+        "<h2>Figures</h2>", _figures(plots),
+        "<h2>Scenario</h2>", "<p>Variant keys and their values per row:</p>", _pre(variants),
+        f"<p>Resolved scenario of {html.escape(base.run_id)}:</p>", _pre(base.manifest.get("scenario")),
+        "<h2>Environment</h2>", _environment(cmp),
+        "<h2>Runs</h2>", _runs(cmp), "</body></html>",
+    ])

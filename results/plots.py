@@ -1,0 +1,271 @@
+"""The report's figures (matplotlib Agg, PNG and SVG), one style per variant from ``results.style``.
+
+``make_plots(cmp, out_dir)`` draws every figure it has data for and returns the files written and, for each
+figure it skipped, the reason (logged too): a figure with no data is never drawn empty.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from results.compare import Comparison, Row  # noqa: E402
+from results.metrics import load_window  # noqa: E402
+from results.stats import ecdf  # noqa: E402
+from results.style import StyleRegistry  # noqa: E402
+
+log = logging.getLogger(__name__)
+HOT_QUEUES = 3
+
+
+class NoData(Exception):
+    """The figure has nothing to show; the message says why."""
+
+
+@dataclass
+class Plots:
+    files: dict[str, list[Path]] = field(default_factory=dict)  # figure name -> [png, svg]
+    skipped: dict[str, str] = field(default_factory=dict)  # figure name -> reason
+    titles: dict[str, str] = field(default_factory=dict)
+
+
+def _iter_times(row: Row) -> np.ndarray:
+    vals = [r["t_end"] - r["t_start"] for run in row.runs for r in run.table("iterations")
+            if not r.get("warmup") and isinstance(r.get("t_end"), (int, float)) and isinstance(r.get("t_start"),
+                                                                                               (int, float))]
+    return np.array(vals, dtype=float)
+
+
+def _fcts(row: Row) -> np.ndarray:
+    return np.array([r["t_end"] - r["t_start"] for run in row.runs for r in run.table("fct")
+                     if isinstance(r.get("t_end"), (int, float)) and isinstance(r.get("t_start"), (int, float))])
+
+
+def _rtts(row: Row) -> np.ndarray:
+    vals = []
+    for run in row.runs:
+        w = load_window(run)
+        for r in run.table("rtt"):
+            t = r.get("t_send")
+            if isinstance(r.get("rtt_s"), (int, float)) and (w is None or (isinstance(t, (int, float))
+                                                                           and w[0] <= t <= w[1])):
+                vals.append(r["rtt_s"])
+    return np.array(vals, dtype=float)
+
+
+def _cdf(cmp: Comparison, reg: StyleRegistry, data: Callable[[Row], np.ndarray], what: str, scale: float,
+         unit: str) -> Figure:
+    series = [(row, data(row)) for row in cmp.rows]
+    series = [(row, d) for row, d in series if d.size]
+    if not series:
+        raise NoData(f"no run recorded {what}")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for row, d in series:
+        x, y = ecdf(d * scale)
+        st = reg.style(row.label)
+        ax.step(x, y, where="post", **st.line())
+        ax.plot(x[-1:], y[-1:], marker=st.marker, color=st.color, linestyle="none",
+                markerfacecolor="white" if st.hollow else st.color)
+    ax.set_xlabel(f"{what} ({unit})")
+    ax.set_ylabel("fraction")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"CDF of {what} per variant ({sum(d.size for _, d in series)} samples)")
+    return fig
+
+
+def cdf_iterations(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    return _cdf(cmp, reg, _iter_times, "collective iteration time", 1e3, "ms")
+
+
+def cdf_fct(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    return _cdf(cmp, reg, _fcts, "flow completion time", 1e3, "ms")
+
+
+def cdf_rtt(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    return _cdf(cmp, reg, _rtts, "RTT under load", 1e3, "ms")
+
+
+def queue_occupancy(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    hottest: dict[str, float] = {}
+    for row in cmp.rows:
+        for s in row.summaries:
+            for q, v in (s.get("queues") or {}).items():
+                hottest[q] = max(hottest.get(q, 0.0), v.get("backlog_max_bytes") or 0.0)
+    top = [q for q in sorted(hottest, key=lambda q: -hottest[q]) if hottest[q] > 0][:HOT_QUEUES]
+    if not top:
+        raise NoData("no queue ever held a backlog (or queues.csv was not recorded)")
+    fig, axes = plt.subplots(len(top), 1, figsize=(7, 2.4 * len(top) + 0.6), sharex=True, squeeze=False)
+    for ax, q in zip(axes[:, 0], top):
+        node, dev = q.split(":", 1)
+        for row in cmp.rows:
+            rows = [r for r in row.runs[0].table("queues") if r.get("node") == node and r.get("dev") == dev
+                    and isinstance(r.get("backlog_bytes"), (int, float))]
+            if not rows:
+                continue
+            t = np.array([r["t"] for r in rows], dtype=float)
+            ax.plot(t - t.min(), np.array([r["backlog_bytes"] for r in rows]) / 1e3, linewidth=1,
+                    **reg.style(row.label).line())
+        ax.set_ylabel("backlog (KB)")
+        ax.set_title(f"{q} (max {hottest[q] / 1e3:.1f} KB)", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    axes[-1, 0].set_xlabel("time since first sample (s); first repetition of each variant")
+    fig.suptitle(f"Occupancy of the {len(top)} hottest queues")
+    return fig
+
+
+def _bars(ax: Any, cmp: Comparison, reg: StyleRegistry, key: str, scale: float, ylabel: str) -> bool:
+    rows = [r for r in cmp.rows if r.cells[key].mean is not None]
+    for i, row in enumerate(rows):
+        c = row.cells[key]
+        ax.bar(i, (c.mean or 0) * scale, yerr=None if c.ci95 is None else c.ci95 * scale, capsize=4,
+               **reg.style(row.label).bar())
+    ax.set_xticks(range(len(rows)), [r.label for r in rows], rotation=15, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    if not rows:
+        ax.text(0.5, 0.5, f"{key}: not applicable", ha="center", transform=ax.transAxes)
+    return bool(rows)
+
+
+def bars_throughput_drops(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    if all(r.cells["goodput_bps"].mean is None and r.cells["drops_total"].mean is None for r in cmp.rows):
+        raise NoData("neither goodput nor drops could be computed for any variant")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 4))
+    _bars(a, cmp, reg, "goodput_bps", 1e-6, "aggregate goodput (Mb/s)")
+    _bars(b, cmp, reg, "drops_total", 1, "drops (all queues)")
+    a.set_title("throughput (mean, 95% CI)", fontsize=10)
+    b.set_title("drops (mean, 95% CI)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _mean_nested(row: Row, key: str) -> dict[str, dict[str, float]]:
+    acc: dict[str, dict[str, list[float]]] = {}
+    for s in row.summaries:
+        for a, inner in (s.get(key) or {}).items():
+            for b, v in inner.items():
+                acc.setdefault(a, {}).setdefault(b, []).append(float(v))
+    return {a: {b: float(np.mean(v)) for b, v in inner.items()} for a, inner in acc.items()}
+
+
+def heatmap_traffic(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    mats = [(row, _mean_nested(row, "traffic_matrix")) for row in cmp.rows]
+    mats = [(row, m) for row, m in mats if m]
+    if not mats:
+        raise NoData("no run recorded bytes between host pairs (flows.csv / steps.csv)")
+    hosts = sorted({h for _, m in mats for a, inner in m.items() for h in (a, *inner)})
+    fig, axes = plt.subplots(1, len(mats), figsize=(4.2 * len(mats) + 1, 4.2), squeeze=False)
+    vmax = max(v for _, m in mats for inner in m.values() for v in inner.values()) / 1e6
+    for ax, (row, m) in zip(axes[0], mats):
+        grid = np.array([[m.get(a, {}).get(b, 0.0) / 1e6 for b in hosts] for a in hosts])
+        im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=vmax)
+        ax.set_xticks(range(len(hosts)), hosts, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(hosts)), hosts, fontsize=7)
+        ax.set_xlabel("destination")
+        ax.set_ylabel("source")
+        ax.set_title(row.label, fontsize=9, color=reg.style(row.label).color)
+    fig.colorbar(im, ax=axes[0].tolist(), label="MB (mean over repetitions)")
+    fig.suptitle("Traffic matrix: bytes between host pairs")
+    return fig
+
+
+def heatmap_links(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    per = []
+    for row in cmp.rows:
+        acc: dict[str, list[float]] = {}
+        for s in row.summaries:
+            for port, v in (s.get("links") or {}).items():
+                acc.setdefault(port, []).append(float(v["util_mean"]))
+        per.append((row, {p: float(np.mean(v)) for p, v in acc.items()}))
+    per = [(row, m) for row, m in per if m]
+    if not per:
+        raise NoData("no link utilization (links.csv or fabric port rates missing)")
+    ports = sorted({p for _, m in per for p in m})
+    grid = np.array([[m.get(p, np.nan) * 100 for _, m in per] for p in ports])
+    fig, ax = plt.subplots(figsize=(2.2 * len(per) + 3, 0.28 * len(ports) + 1.6))
+    im = ax.imshow(grid, cmap="magma", vmin=0, vmax=100, aspect="auto")
+    ax.set_yticks(range(len(ports)), ports, fontsize=7)
+    ax.set_xticks(range(len(per)), [r.label for r, _ in per], rotation=15, fontsize=8)
+    for j, (row, _) in enumerate(per):
+        ax.get_xticklabels()[j].set_color(reg.style(row.label).color)
+    for i in range(len(ports)):
+        for j in range(len(per)):
+            if not np.isnan(grid[i, j]):
+                ax.text(j, i, f"{grid[i, j]:.0f}", ha="center", va="center", fontsize=6,
+                        color="white" if grid[i, j] < 60 else "black")
+    fig.colorbar(im, ax=ax, label="mean utilization (%)")
+    ax.set_title("Per-link utilization (egress port, mean over the run)")
+    fig.tight_layout()
+    return fig
+
+
+def ecmp_spines(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    per = []
+    for row in cmp.rows:
+        acc: dict[str, list[float]] = {}
+        for s in row.summaries:
+            for spine, b in (s.get("bytes_per_spine") or {}).items():
+                acc.setdefault(spine, []).append(float(b))
+        per.append((row, acc))
+    per = [(row, a) for row, a in per if a]
+    if not per:
+        raise NoData("no bytes counted towards spines (no spine layer, or no links.csv)")
+    spines = sorted({s for _, a in per for s in a})
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(spines) * len(per) + 2), 4))
+    width = 0.8 / len(per)
+    for k, (row, acc) in enumerate(per):
+        x = np.arange(len(spines)) + (k - (len(per) - 1) / 2) * width
+        ax.bar(x, [np.mean(acc.get(s, [0.0])) / 1e6 for s in spines], width, **reg.style(row.label).bar())
+    ax.set_xticks(range(len(spines)), spines)
+    ax.set_ylabel("MB sent towards the spine (mean over repetitions)")
+    ax.set_title("ECMP: bytes per spine")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+FIGURES: dict[str, tuple[str, Callable[[Comparison, StyleRegistry], Figure]]] = {
+    "cdf_iteration_time": ("CDF of collective iteration time", cdf_iterations),
+    "cdf_fct": ("CDF of flow completion time", cdf_fct),
+    "cdf_rtt": ("CDF of RTT under load", cdf_rtt),
+    "queue_occupancy": ("Queue occupancy of the hottest queues", queue_occupancy),
+    "throughput_drops": ("Throughput and drops", bars_throughput_drops),
+    "traffic_matrix": ("Traffic matrix", heatmap_traffic),
+    "link_utilization": ("Per-link utilization", heatmap_links),
+    "ecmp_spines": ("ECMP bytes per spine", ecmp_spines),
+}
+
+
+def make_plots(cmp: Comparison, out_dir: Path, registry: StyleRegistry | None = None) -> Plots:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reg = registry or StyleRegistry(cmp.labels)
+    result = Plots()
+    for name, (title, draw) in FIGURES.items():
+        result.titles[name] = title
+        try:
+            fig = draw(cmp, reg)
+        except NoData as exc:
+            result.skipped[name] = str(exc)
+            log.info("plot %s skipped: %s", name, exc)
+            continue
+        paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg"]
+        try:
+            fig.savefig(paths[0], dpi=100, bbox_inches="tight")
+            fig.savefig(paths[1], bbox_inches="tight")
+        finally:
+            plt.close(fig)
+        result.files[name] = paths
+    return result
