@@ -1,0 +1,150 @@
+"""Metrics on small hand-built runs whose right answers are known (results.metrics, results.metrics_fabric)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from results.metrics import METRICS, summarize
+from results.record import RunRecord, load_run
+from results.stats import jain_index, mean_ci, percentiles, t_quantile_975
+
+RATE = 100_000_000
+
+
+def _port(node: str, peer: str, layer: str, peer_layer: str, direction: str) -> dict[str, Any]:
+    return {"node": node, "dev": f"{node}-{peer}", "peer": peer, "layer": layer, "peer_layer": peer_layer,
+            "direction": direction, "rate_bps": RATE, "buffer_bytes": 100_000, "mtu": 1500, "marking": "drop-tail"}
+
+
+FABRIC = {
+    "topology": "spine-leaf",
+    "nodes": [{"name": "h1", "layer": "host", "netns": "tbx-h1", "ip": "10.0.1.1"},
+              {"name": "h2", "layer": "host", "netns": "tbx-h2", "ip": "10.0.2.1"}],
+    "ports": [_port("l1", "s1", "leaf", "spine", "up"), _port("l1", "s2", "leaf", "spine", "up"),
+              _port("h1", "l1", "host", "leaf", "up")],
+}
+
+
+def _run(tmp_path: Path, tables: dict[str, list[dict[str, Any]]], fabric: dict[str, Any] | None = FABRIC) -> Any:
+    rec = RunRecord.create(tmp_path, "m")
+    if fabric:
+        rec.set("fabric", fabric)
+    for name, rows in tables.items():
+        rec.table(name).write_many(rows)
+    rec.finish(summarize=False)
+    return load_run(rec.path)
+
+
+def test_empty_run_every_metric_none_with_reason(tmp_path: Path) -> None:
+    s = summarize(_run(tmp_path, {}, fabric=None))
+    for m in METRICS:
+        assert m in s, m
+        if s[m] is None:
+            assert s["not_applicable"][m], m
+    assert s["drops_total"] is None and "queues.csv" in s["not_applicable"]["drops_total"]
+
+
+def test_queue_counters_are_cumulative(tmp_path: Path) -> None:
+    rows = []
+    for i, (backlog, drops) in enumerate([(0, 100), (5000, 104), (90000, 110), (1000, 130)]):
+        base = {"node": "l1", "dev": "l1-s1", "backlog_pkts": 0, "marks": 3 + i, "overlimits": 50, "tx_bytes": 1000 * i,
+                "tx_pkts": i, "requeues": 0}
+        rows.append({"t": 10.0 + i * 0.001, "backlog_bytes": backlog, "drops": drops, **base})
+    s = summarize(_run(tmp_path, {"queues": rows}))
+    assert s["drops_total"] == 30  # last - first, not the kernel's absolute counter
+    assert s["marks_total"] == 3
+    assert s["overlimits_total"] == 0
+    assert s["queue_backlog_max_bytes"] == 90000
+    assert s["queues"]["l1:l1-s1"]["backlog_p99_bytes"] == pytest.approx(percentiles([0, 5000, 90000, 1000], [99])[0])
+    assert s["queue_sampling"]["rate_hz"] == pytest.approx(1000, rel=1e-6)
+
+
+def test_link_utilization_and_ecmp(tmp_path: Path) -> None:
+    rows = []
+    for i in range(11):  # 1 s at 0.1 s: s1 port 50 Mbit/s, s2 port 25 Mbit/s, host port idle
+        t = 100.0 + i * 0.1
+        for dev, bps in (("l1-s1", 50e6), ("l1-s2", 25e6)):
+            rows.append({"t": t, "node": "l1", "dev": dev, "tx_bytes": int(bps / 8 * 0.1 * i), "tx_pkts": 0,
+                         "rx_bytes": 0, "rx_pkts": 0, "tx_drops": 0})
+        rows.append({"t": t, "node": "h1", "dev": "h1-l1", "tx_bytes": 0, "tx_pkts": 0, "rx_bytes": 0, "rx_pkts": 0,
+                     "tx_drops": 0})
+    s = summarize(_run(tmp_path, {"links": rows}))
+    assert s["links"]["l1:l1-s1"]["util_mean"] == pytest.approx(0.5)
+    assert s["links"]["l1:l1-s2"]["util_max"] == pytest.approx(0.25)
+    assert s["link_util_mean"] == pytest.approx((0.5 + 0.25 + 0) / 3)
+    assert s["link_util_max"] == pytest.approx(0.5)
+    assert s["ecmp_imbalance"] == pytest.approx(50 / 37.5)  # max / mean over l1's two uplinks
+    assert s["bytes_per_spine"] == {"s1": pytest.approx(6_250_000), "s2": pytest.approx(3_125_000)}
+    assert "h1" not in s["ecmp_groups"]  # one uplink is not a group
+
+
+def test_no_parallel_uplinks_is_not_applicable(tmp_path: Path) -> None:
+    fabric = {"topology": "spine-leaf", "nodes": [], "ports": [_port("h1", "l1", "host", "leaf", "up")]}
+    rows = [{"t": float(i), "node": "h1", "dev": "h1-l1", "tx_bytes": i * 1000, "tx_pkts": 0, "rx_bytes": 0,
+             "rx_pkts": 0, "tx_drops": 0} for i in range(3)]
+    s = summarize(_run(tmp_path, {"links": rows}, fabric))
+    assert s["ecmp_imbalance"] is None and "parallel uplinks" in s["not_applicable"]["ecmp_imbalance"]
+
+
+def test_collectives_exclude_warmup(tmp_path: Path) -> None:
+    rows = []
+    for it, d in enumerate([5.0, 1.0, 1.0, 2.0]):  # the first iteration is warm-up and very slow
+        rows.append({"job": "ar", "kind": "allreduce", "algorithm": "ring", "iter": it, "warmup": it == 0,
+                     "t_start": 10.0 * it, "t_end": 10.0 * it + d, "size_bytes": 1_000_000, "ranks": 4,
+                     "ideal_s": 0.5, "busbw_factor": 1.5})
+    s = summarize(_run(tmp_path, {"iterations": rows}))
+    assert s["coll_iters_n"] == 3
+    assert s["coll_iter_max_s"] == 2.0
+    assert s["coll_iter_p50_s"] == 1.0
+    assert s["algbw_bps"] == pytest.approx(8e6)  # median of 8e6, 8e6, 4e6
+    assert s["busbw_bps"] == pytest.approx(12e6)
+    assert s["measured_over_ideal"] == pytest.approx(2.0)
+
+
+def test_flows_goodput_fairness_matrix_fct_rtt_netstat(tmp_path: Path) -> None:
+    flows = [{"job": "bulk", "flow_id": i, "src": "10.0.1.1", "dst": "10.0.2.1", "proto": "tcp", "sport": i,
+              "dport": 5201, "bytes": b, "t_start": 0.0, "t_end": 2.0, "goodput_bps": b * 4, "retrans": 0, "path": ""}
+             for i, b in enumerate([1_000_000, 3_000_000])]
+    fct = [{"job": "s", "flow_id": i, "src": "h1", "dst": "h2", "size_bytes": 1000, "t_start": 0.5,
+            "t_end": 0.5 + 0.001 * (i + 1), "size_class": "small"} for i in range(100)]
+    fct.append({"job": "s", "flow_id": 100, "src": "h1", "dst": "h2", "size_bytes": 1000, "t_start": 0.5,
+                "t_end": None, "size_class": "small"})
+    rtt = [{"job": "p", "src": "h1", "dst": "h2", "seq": i, "t_send": 0.1 * i, "rtt_s": 0.001 if i < 25 else 0.5}
+           for i in range(30)]  # samples after t=2.0 are outside the load window
+    netstat = [{"host": "h1", "phase": ph, "counter": c, "value": v} for ph, c, v in
+               [("start", "Tcp.RetransSegs", 10), ("end", "Tcp.RetransSegs", 25), ("start", "TcpExt.TCPTimeouts", 1),
+                ("end", "TcpExt.TCPTimeouts", 3)]]
+    s = summarize(_run(tmp_path, {"flows": flows, "fct": fct, "rtt": rtt, "netstat": netstat}))
+    assert s["goodput_bps"] == pytest.approx(16e6)
+    assert s["goodput_per_job_bps"] == {"bulk": pytest.approx(16e6)}
+    assert s["jain_fairness"] == pytest.approx(jain_index([4e6, 12e6])) == pytest.approx(0.8)
+    assert s["traffic_matrix"] == {"h1": {"h2": 4_000_000}}  # IPs mapped to host names
+    assert s["fct_n"] == 100 and s["fct_unfinished"] == 1
+    assert s["fct_p50_s"] == pytest.approx(0.0505)
+    assert s["fct_by_class"]["small"]["p999_s"] == pytest.approx(percentiles([0.001 * (i + 1) for i in range(100)],
+                                                                             [99.9])[0])
+    assert s["rtt_p99_s"] == pytest.approx(0.001) and s["rtt_n"] == 21  # t_send 0.0 .. 2.0
+    assert s["retrans_total"] == 15 and s["timeouts_total"] == 2
+    assert s["ce_delivered_total"] is None and "TCPDeliveredCE" in s["not_applicable"]["ce_delivered_total"]
+
+
+def test_steps_feed_traffic_matrix_with_rank_hosts(tmp_path: Path) -> None:
+    rec = RunRecord.create(tmp_path, "m")
+    rec.set("ranks", {"ar": ["h1", "h2"]})
+    rec.table("steps").write_many([{"job": "ar", "iter": 0, "rank": r, "step": 0, "op": "send", "peer": 1 - r,
+                                    "t_start": 0.0, "t_end": 1.0, "bytes": 500} for r in (0, 1)])
+    rec.finish(summarize=False)
+    assert summarize(load_run(rec.path))["traffic_matrix"] == {"h1": {"h2": 500}, "h2": {"h1": 500}}
+
+
+def test_stats() -> None:
+    assert t_quantile_975(2) == 4.303 and t_quantile_975(35) == 2.042 and t_quantile_975(500) == 1.96
+    mean, half, n = mean_ci([1.0, 2.0, 3.0])
+    assert (mean, n) == (2.0, 3) and half == pytest.approx(4.303 * 1.0 / 3**0.5)
+    assert mean_ci([5.0]) == (5.0, None, 1)
+    with pytest.raises(ValueError):
+        mean_ci([])
+    assert jain_index([1, 1, 1, 1]) == 1.0 and jain_index([1, 0, 0, 0]) == 0.25
