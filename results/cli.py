@@ -19,11 +19,11 @@ from results.record import RecordError, find_runs
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m testbed report",
-                                description="Compare run records (run directories or parents of sweeps).")
+    p = argparse.ArgumentParser(
+        prog="python3 -m testbed report", description="Compare run records (run directories or parents of sweeps)."
+    )
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="a run directory or a directory above runs")
-    p.add_argument("-o", "--out", type=Path, default=None,
-                   help="output directory (default: ./reports/<UTC timestamp>)")
+    p.add_argument("-o", "--out", type=Path, default=None, help="output directory (default: ./reports/<UTC timestamp>)")
     p.add_argument("--no-plots", action="store_true", help="only the table (CSV, Markdown, terminal)")
     p.add_argument("-v", "--verbose", action="store_true", help="log skipped figures and progress")
     return p

@@ -107,18 +107,26 @@ UNSET = "<unset>"
 
 
 def detect_variants(runs: Sequence[Run]) -> Variants:
-    flat = {r.run_id: {k: v for k, v in flatten(r.manifest.get("scenario") or {}).items()
-                       if not IGNORED_KEY.search(k)} for r in runs}
+    flat = {
+        r.run_id: {k: v for k, v in flatten(r.manifest.get("scenario") or {}).items() if not IGNORED_KEY.search(k)}
+        for r in runs
+    }
     all_keys = sorted({k for f in flat.values() for k in f})
-    differing = [k for k in all_keys if len({json.dumps(f.get(k, UNSET), sort_keys=True, default=str)
-                                             for f in flat.values()}) > 1]
+    differing = [
+        k
+        for k in all_keys
+        if len({json.dumps(f.get(k, UNSET), sort_keys=True, default=str) for f in flat.values()}) > 1
+    ]
     short = _short_names(differing)
     values = {rid: {k: f.get(k, UNSET) for k in differing} for rid, f in flat.items()}
     labels = {}
     for r in runs:
         vals = values[r.run_id]
-        labels[r.run_id] = (", ".join(f"{short[k]}={vals[k]}" for k in differing) if differing
-                            else str(r.manifest.get("scenario_name") or "all runs"))
+        labels[r.run_id] = (
+            ", ".join(f"{short[k]}={vals[k]}" for k in differing)
+            if differing
+            else str(r.manifest.get("scenario_name") or "all runs")
+        )
     return Variants(differing, values, labels)
 
 
@@ -172,8 +180,9 @@ def _cell(key: str, summaries: list[dict[str, Any]]) -> Cell:
     vals = [s.get(key) for s in summaries]
     nums = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if not nums:
-        reasons = sorted({str(s.get("not_applicable", {}).get(key, f"{key} missing from the summary"))
-                          for s in summaries})
+        reasons = sorted(
+            {str(s.get("not_applicable", {}).get(key, f"{key} missing from the summary")) for s in summaries}
+        )
         return Cell(None, reason="; ".join(reasons))
     mean, half, n = mean_ci(nums)
     reason = f"{len(vals) - n} of {len(vals)} runs could not compute it" if n < len(vals) else None
@@ -221,7 +230,8 @@ def compare(runs: Sequence[Run], summaries: dict[str, dict[str, Any]] | None = N
                 per = s.get("goodput_per_job_bps") or {}
                 s[f"goodput[{j}]"] = per.get(j)
                 s.setdefault("not_applicable", {})[f"goodput[{j}]"] = (
-                    s.get("not_applicable", {}).get("goodput_per_job_bps") or f"job {j} has no flows in this run")
+                    s.get("not_applicable", {}).get("goodput_per_job_bps") or f"job {j} has no flows in this run"
+                )
         row = Row(key[0], _status(rs), _fidelity(rs), rs, sums)
         row.cells = {c[0]: _cell(c[0], sums) for c in columns}
         rows.append(row)
@@ -274,16 +284,19 @@ def write_csv(cmp: Comparison, path: Path) -> None:
     """Numbers in SI units as stored in summaries (bit/s, s, bytes, fractions); ``<metric>_ci95`` half-widths."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["variant", "status", "runs", "fidelity", "run_ids"]
-                   + [x for c in cmp.columns for x in (c[0], f"{c[0]}_ci95")] + ["not_applicable"])
+        w.writerow(
+            ["variant", "status", "runs", "fidelity", "run_ids"]
+            + [x for c in cmp.columns for x in (c[0], f"{c[0]}_ci95")]
+            + ["not_applicable"]
+        )
         for row in cmp.rows:
             na = "; ".join(f"{k}: {row.cells[k].reason}" for k, _, _ in cmp.columns if row.cells[k].reason)
             cells = []
             for key, _, _ in cmp.columns:
                 c = row.cells[key]
                 cells += ["n/a" if c.mean is None else repr(c.mean), "" if c.ci95 is None else repr(c.ci95)]
-            w.writerow([row.variant, row.status, len(row.runs), row.fidelity, " ".join(r.run_id for r in row.runs)]
-                       + cells + [na])
+            ids = " ".join(r.run_id for r in row.runs)
+            w.writerow([row.variant, row.status, len(row.runs), row.fidelity, ids, *cells, na])
 
 
 def to_markdown(cmp: Comparison) -> str:
@@ -292,8 +305,11 @@ def to_markdown(cmp: Comparison) -> str:
     lines = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(line) + " |" for line in esc[1:]]
     lines.append("")
-    lines.append("Variant detected from the scenarios: " + (", ".join(f"`{k}`" for k in cmp.variants.keys)
-                                                             or "none (all runs share one scenario)") + ".")
+    lines.append(
+        "Variant detected from the scenarios: "
+        + (", ".join(f"`{k}`" for k in cmp.variants.keys) or "none (all runs share one scenario)")
+        + "."
+    )
     lines.append("Values are means over repetitions, ± the half-width of the 95% confidence interval (Student t).")
     if notes:
         lines.append("")

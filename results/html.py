@@ -22,14 +22,18 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc
 table{border-collapse:collapse;font-size:12px;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:right;white-space:nowrap}th{background:#f1f1f1}td:first-child,td:nth-child(2),td:nth-child(4)
 {text-align:left}.scroll{overflow-x:auto}.bad{background:#fde2e2}.na{color:#999}
-figure{display:inline-block;margin:8px;vertical-align:top}figure img{max-width:720px;border:1px solid #ddd}
+figure{display:inline-block;margin:8px;vertical-align:top}figure img{max-width:600px;border:1px solid #ddd}
 pre{background:#f7f7f7;padding:8px;font-size:12px;overflow-x:auto;max-height:420px}
 .reading{background:#eef5ff;padding:10px 14px;border-left:4px solid #1f77b4}.notes{font-size:12px;color:#555}
 """
 
 # (summary key, what, lower is better)
-_READ = (("coll_iter_p99_s", "collective iteration p99", True), ("fct_p99_s", "FCT p99", True),
-         ("rtt_p99_s", "RTT p99 under load", True), ("goodput_bps", "aggregate goodput", False))
+_READ = (
+    ("coll_iter_p99_s", "collective iteration p99", True),
+    ("fct_p99_s", "FCT p99", True),
+    ("rtt_p99_s", "RTT p99 under load", True),
+    ("goodput_bps", "aggregate goodput", False),
+)
 _UNITS = {"coll_iter_p99_s": "ms", "fct_p99_s": "ms", "rtt_p99_s": "ms", "goodput_bps": "Mb/s", "drops_total": "n"}
 
 
@@ -44,8 +48,9 @@ def reading(cmp: Comparison) -> str:
     """One paragraph of plain text: the best variant per headline metric, drops per variant, caveats."""
     done = [r for r in cmp.rows if r.status == "complete"]
     keys = ", ".join(cmp.variants.keys) or "nothing (one scenario)"
-    parts = [f"{len(cmp.rows)} row(s) from {sum(len(r.runs) for r in cmp.rows)} run(s); the scenarios differ in "
-             f"{keys}."]
+    parts = [
+        f"{len(cmp.rows)} row(s) from {sum(len(r.runs) for r in cmp.rows)} run(s); the scenarios differ in {keys}."
+    ]
     for key, what, lower in _READ:
         have = [r for r in done if r.cells[key].mean is not None]
         if len(have) < 2:
@@ -59,12 +64,12 @@ def reading(cmp: Comparison) -> str:
         if any(_overlap(best, r, key) for r in rest):
             text += ", though the 95% confidence intervals overlap"
         parts.append(text + ".")
-    drops = [f"{r.variant}: {fmt(r.cells['drops_total'].mean, 'n')}" for r in done
-             if r.cells["drops_total"].mean is not None]
+    drops = [
+        f"{r.variant}: {fmt(r.cells['drops_total'].mean, 'n')}" for r in done if r.cells["drops_total"].mean is not None
+    ]
     if drops:
         parts.append("Drops (mean per run): " + "; ".join(drops) + ".")
-    marks = [f"{r.variant}: {fmt(r.cells['marks_total'].mean, 'n')}" for r in done
-             if r.cells["marks_total"].mean]
+    marks = [f"{r.variant}: {fmt(r.cells['marks_total'].mean, 'n')}" for r in done if r.cells["marks_total"].mean]
     if marks:
         parts.append("ECN marks: " + "; ".join(marks) + ".")
     odd = [f"{r.variant} ({r.status}, {len(r.runs)} run(s))" for r in cmp.rows if r.status != "complete"]
@@ -81,14 +86,18 @@ def reading(cmp: Comparison) -> str:
 def _table(cmp: Comparison) -> str:
     headers, body, notes = table_cells(cmp)
     out = ["<div class='scroll'><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
-    for row, line in zip(cmp.rows, body):
+    for row, line in zip(cmp.rows, body, strict=True):
         cls = "" if row.status == "complete" and not row.fidelity.startswith("NOT") else " class='bad'"
-        cells = "".join(f"<td class='na'>{html.escape(c)}</td>" if c.startswith("n/a") else f"<td>{html.escape(c)}</td>"
-                        for c in line)
+        cells = "".join(
+            f"<td class='na'>{html.escape(c)}</td>" if c.startswith("n/a") else f"<td>{html.escape(c)}</td>"
+            for c in line
+        )
         out.append(f"<tr{cls}>{cells}</tr>")
     out.append("</table></div>")
-    out.append("<p class='notes'>Means over repetitions ± half-width of the 95% confidence interval (Student t). "
-               "Units in the headers.</p>")
+    out.append(
+        "<p class='notes'>Means over repetitions ± half-width of the 95% confidence interval (Student t). "
+        "Units in the headers.</p>"
+    )
     if notes:
         out.append("<ol class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ol>")
     return "\n".join(out)
@@ -100,12 +109,18 @@ def _figures(plots: Plots) -> str:
         png = next(p for p in paths if p.suffix == ".png")
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         title = html.escape(plots.titles.get(name, name))
-        out.append(f"<figure><img alt='{title}' src='data:image/png;base64,{data}'>"
-                   f"<figcaption>{title} ({html.escape(png.name)}, SVG beside it)</figcaption></figure>")
+        out.append(
+            f"<figure><img alt='{title}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{title} ({html.escape(png.name)}, SVG beside it)</figcaption></figure>"
+        )
     if plots.skipped:
-        out.append("<p class='notes'>Figures not drawn:</p><ul class='notes'>" + "".join(
-            f"<li>{html.escape(plots.titles.get(n, n))}: {html.escape(r)}</li>" for n, r in plots.skipped.items())
-            + "</ul>")
+        out.append(
+            "<p class='notes'>Figures not drawn:</p><ul class='notes'>"
+            + "".join(
+                f"<li>{html.escape(plots.titles.get(n, n))}: {html.escape(r)}</li>" for n, r in plots.skipped.items()
+            )
+            + "</ul>"
+        )
     return "\n".join(out)
 
 
@@ -136,8 +151,14 @@ def _runs(cmp: Comparison) -> str:
     for row in cmp.rows:
         for r in row.runs:
             m = r.manifest
-            out.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
-                r.run_id, row.variant, m.get("repeat_index"), r.status, m.get("started_at"), r.path)) + "</tr>")
+            out.append(
+                "<tr>"
+                + "".join(
+                    f"<td>{html.escape(str(x))}</td>"
+                    for x in (r.run_id, row.variant, m.get("repeat_index"), r.status, m.get("started_at"), r.path)
+                )
+                + "</tr>"
+            )
     return "\n".join(out) + "</table>"
 
 
@@ -147,15 +168,28 @@ def render(cmp: Comparison, plots: Plots, title: str | None = None) -> str:
     base = next((r for row in cmp.rows for r in row.runs if r.status == "complete"), cmp.rows[0].runs[0])
     variants = {row.variant: cmp.variants.values[row.runs[0].run_id] for row in cmp.rows}
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return "\n".join([
-        "<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
-        f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
-        f"<p class='notes'>Generated {now} by results.html from the run records listed at the end.</p>",
-        f"<h2>Reading</h2><p class='reading'>{html.escape(reading(cmp))}</p>",
-        "<h2>Comparison</h2>", _table(cmp),
-        "<h2>Figures</h2>", _figures(plots),
-        "<h2>Scenario</h2>", "<p>Variant keys and their values per row:</p>", _pre(variants),
-        f"<p>Resolved scenario of {html.escape(base.run_id)}:</p>", _pre(base.manifest.get("scenario")),
-        "<h2>Environment</h2>", _environment(cmp),
-        "<h2>Runs</h2>", _runs(cmp), "</body></html>",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            "<html lang='en'><head><meta charset='utf-8'>",
+            f"<title>{html.escape(title)}</title>",
+            f"<style>{CSS}</style></head><body>",
+            f"<h1>{html.escape(title)}</h1>",
+            f"<p class='notes'>Generated {now} by results.html from the run records listed at the end.</p>",
+            f"<h2>Reading</h2><p class='reading'>{html.escape(reading(cmp))}</p>",
+            "<h2>Comparison</h2>",
+            _table(cmp),
+            "<h2>Figures</h2>",
+            _figures(plots),
+            "<h2>Scenario</h2>",
+            "<p>Variant keys and their values per row:</p>",
+            _pre(variants),
+            f"<p>Resolved scenario of {html.escape(base.run_id)}:</p>",
+            _pre(base.manifest.get("scenario")),
+            "<h2>Environment</h2>",
+            _environment(cmp),
+            "<h2>Runs</h2>",
+            _runs(cmp),
+            "</body></html>",
+        ]
+    )

@@ -9,7 +9,8 @@ ECMP and TCP counter metrics are in ``results.metrics_fabric``. Definitions: doc
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -69,9 +70,12 @@ def goodput(run: Run, s: Summary) -> None:
     for r in done:
         if isinstance(r.get("goodput_bps"), (int, float)):
             rates.append(float(r["goodput_bps"]))
-        elif isinstance(r.get("t_end"), (int, float)) and isinstance(r.get("t_start"), (int, float)):
-            if r["t_end"] > r["t_start"]:
-                rates.append(r["bytes"] * 8 / (r["t_end"] - r["t_start"]))
+        elif (
+            isinstance(r.get("t_end"), (int, float))
+            and isinstance(r.get("t_start"), (int, float))
+            and r["t_end"] > r["t_start"]
+        ):
+            rates.append(r["bytes"] * 8 / (r["t_end"] - r["t_start"]))
     try:
         if len(rates) < 2:
             raise ValueError(f"needs at least 2 flows with a rate, has {len(rates)}")
@@ -98,11 +102,23 @@ def _collective_stats(rows: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def collectives(run: Run, s: Summary) -> None:
-    names = ("coll_iter_p50_s", "coll_iter_p99_s", "coll_iter_max_s", "algbw_bps", "busbw_bps", "measured_over_ideal",
-             "collective_per_job")
+    names = (
+        "coll_iter_p50_s",
+        "coll_iter_p99_s",
+        "coll_iter_max_s",
+        "algbw_bps",
+        "busbw_bps",
+        "measured_over_ideal",
+        "collective_per_job",
+    )
     table = run.table("iterations")
-    rows = [r for r in table if not r.get("warmup") and isinstance(r.get("t_end"), (int, float))
-            and isinstance(r.get("t_start"), (int, float))]
+    rows = [
+        r
+        for r in table
+        if not r.get("warmup")
+        and isinstance(r.get("t_end"), (int, float))
+        and isinstance(r.get("t_start"), (int, float))
+    ]
     if not rows:
         reason = table.reason or "only warm-up iterations were recorded"
         for m in names:
@@ -113,8 +129,11 @@ def collectives(run: Run, s: Summary) -> None:
     s.put("coll_iter_p50_s", st["p50_s"])
     s.put("coll_iter_p99_s", st["p99_s"])
     s.put("coll_iter_max_s", st["max_s"])
-    for key, why in (("algbw_bps", "iterations.csv has no size_bytes"), ("busbw_bps", "no size_bytes/busbw_factor"),
-                     ("measured_over_ideal", "iterations.csv has no ideal_s")):
+    for key, why in (
+        ("algbw_bps", "iterations.csv has no size_bytes"),
+        ("busbw_bps", "no size_bytes/busbw_factor"),
+        ("measured_over_ideal", "iterations.csv has no ideal_s"),
+    ):
         if st[key] is None:
             s.na(key, why)
         else:
@@ -141,7 +160,7 @@ def fct(run: Run, s: Summary) -> None:
     s.put("fct_n", len(done))
     s.put("fct_unfinished", len(table) - len(done))
     classes: dict[str, list[float]] = defaultdict(list)
-    for r, d in zip(done, t):
+    for r, d in zip(done, t, strict=True):
         classes[str(r.get("size_class") or "all")].append(float(d))
     by_class = {}
     for cls, vals in sorted(classes.items()):
@@ -164,7 +183,7 @@ def load_window(run: Run) -> tuple[float, float] | None:
 def rtt(run: Run, s: Summary) -> None:
     table = run.table("rtt")
     window = load_window(run)
-    rows = table
+    rows: list[dict[str, Any]] = list(table)
     if window is not None:
         rows = [r for r in table if isinstance(r.get("t_send"), (int, float)) and window[0] <= r["t_send"] <= window[1]]
     vals = [float(r["rtt_s"]) for r in rows if isinstance(r.get("rtt_s"), (int, float))]
@@ -246,9 +265,31 @@ def write_summary(run: Run) -> dict[str, Any]:
 
 # The headline metrics every summary carries (computed or not applicable), in table order.
 METRICS = (
-    "goodput_bps", "goodput_per_job_bps", "coll_iter_p50_s", "coll_iter_p99_s", "coll_iter_max_s", "algbw_bps",
-    "busbw_bps", "measured_over_ideal", "fct_p50_s", "fct_p99_s", "fct_p999_s", "fct_by_class", "rtt_p50_s",
-    "rtt_p99_s", "drops_total", "marks_total", "overlimits_total", "queue_backlog_max_bytes",
-    "queue_backlog_p99_bytes", "link_util_mean", "link_util_max", "ecmp_imbalance", "bytes_per_spine",
-    "retrans_total", "timeouts_total", "jain_fairness", "traffic_matrix",
+    "goodput_bps",
+    "goodput_per_job_bps",
+    "coll_iter_p50_s",
+    "coll_iter_p99_s",
+    "coll_iter_max_s",
+    "algbw_bps",
+    "busbw_bps",
+    "measured_over_ideal",
+    "fct_p50_s",
+    "fct_p99_s",
+    "fct_p999_s",
+    "fct_by_class",
+    "rtt_p50_s",
+    "rtt_p99_s",
+    "drops_total",
+    "marks_total",
+    "overlimits_total",
+    "queue_backlog_max_bytes",
+    "queue_backlog_p99_bytes",
+    "link_util_mean",
+    "link_util_max",
+    "ecmp_imbalance",
+    "bytes_per_spine",
+    "retrans_total",
+    "timeouts_total",
+    "jain_fairness",
+    "traffic_matrix",
 )

@@ -73,8 +73,10 @@ def queues(run: Run, s: Summary) -> None:
     intervals = [np.diff([r["t"] for r in rs]) for rs in series.values() if len(rs) > 2]
     if intervals:
         d = np.concatenate(intervals)
-        s.put("queue_sampling", {"rate_hz": float(1 / d.mean()), "jitter": float(d.std() / d.mean()),
-                                 "span_s": float(max(t) - min(t))})
+        s.put(
+            "queue_sampling",
+            {"rate_hz": float(1 / d.mean()), "jitter": float(d.std() / d.mean()), "span_s": float(max(t) - min(t))},
+        )
 
 
 def _ports(run: Run) -> dict[str, dict[str, Any]]:
@@ -113,9 +115,14 @@ def links(run: Run, s: Summary) -> None:
             skipped.append(key)
             continue
         tx = rs[-1]["tx_bytes"] - rs[0]["tx_bytes"]
-        per[key] = {"tx_bytes": tx, "rate_bps": rate, "util_mean": tx * 8 / span / rate,
-                    "util_max": _util_max(rs, rate), "layer": ports[key].get("layer"),
-                    "direction": ports[key].get("direction")}
+        per[key] = {
+            "tx_bytes": tx,
+            "rate_bps": rate,
+            "util_mean": tx * 8 / span / rate,
+            "util_max": _util_max(rs, rate),
+            "layer": ports[key].get("layer"),
+            "direction": ports[key].get("direction"),
+        }
     if not per:
         why = f"no port in links.csv has a rate in fabric.ports and two samples ({len(skipped)} skipped)"
         s.na("link_util_mean", why)
@@ -165,8 +172,11 @@ def ecmp(run: Run, s: Summary) -> None:
         s.put("ecmp_imbalance", max(g["imbalance"] for g in per.values()))
         s.put("ecmp_source", source)
     else:
-        why = ("the fabric has no node with 2 or more up ports (no parallel uplinks)" if not groups
-               else "no traffic was counted on any group of parallel uplinks")
+        why = (
+            "the fabric has no node with 2 or more up ports (no parallel uplinks)"
+            if not groups
+            else "no traffic was counted on any group of parallel uplinks"
+        )
         s.na("ecmp_imbalance", why)
         s.na("ecmp_groups", why)
     spines: dict[str, float] = defaultdict(float)
@@ -179,8 +189,12 @@ def ecmp(run: Run, s: Summary) -> None:
         s.na("bytes_per_spine", f"no counted up port whose peer layer is one of {SPINE_LAYERS}")
 
 
-COUNTERS = {"retrans_total": "Tcp.RetransSegs", "timeouts_total": "TcpExt.TCPTimeouts",
-            "ce_delivered_total": "TcpExt.TCPDeliveredCE", "ce_received_pkts_total": "IpExt.InCEPkts"}
+COUNTERS = {
+    "retrans_total": "Tcp.RetransSegs",
+    "timeouts_total": "TcpExt.TCPTimeouts",
+    "ce_delivered_total": "TcpExt.TCPDeliveredCE",
+    "ce_received_pkts_total": "IpExt.InCEPkts",
+}
 
 
 def netstat(run: Run, s: Summary) -> None:

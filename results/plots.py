@@ -15,14 +15,14 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
 
-from results.compare import Comparison, Row  # noqa: E402
-from results.metrics import load_window  # noqa: E402
-from results.stats import ecdf  # noqa: E402
-from results.style import StyleRegistry  # noqa: E402
+from results.compare import Comparison, Row
+from results.metrics import load_window
+from results.stats import ecdf
+from results.style import StyleRegistry
 
 log = logging.getLogger(__name__)
 HOT_QUEUES = 3
@@ -40,15 +40,26 @@ class Plots:
 
 
 def _iter_times(row: Row) -> np.ndarray:
-    vals = [r["t_end"] - r["t_start"] for run in row.runs for r in run.table("iterations")
-            if not r.get("warmup") and isinstance(r.get("t_end"), (int, float)) and isinstance(r.get("t_start"),
-                                                                                               (int, float))]
+    vals = [
+        r["t_end"] - r["t_start"]
+        for run in row.runs
+        for r in run.table("iterations")
+        if not r.get("warmup")
+        and isinstance(r.get("t_end"), (int, float))
+        and isinstance(r.get("t_start"), (int, float))
+    ]
     return np.array(vals, dtype=float)
 
 
 def _fcts(row: Row) -> np.ndarray:
-    return np.array([r["t_end"] - r["t_start"] for run in row.runs for r in run.table("fct")
-                     if isinstance(r.get("t_end"), (int, float)) and isinstance(r.get("t_start"), (int, float))])
+    return np.array(
+        [
+            r["t_end"] - r["t_start"]
+            for run in row.runs
+            for r in run.table("fct")
+            if isinstance(r.get("t_end"), (int, float)) and isinstance(r.get("t_start"), (int, float))
+        ]
+    )
 
 
 def _rtts(row: Row) -> np.ndarray:
@@ -57,14 +68,16 @@ def _rtts(row: Row) -> np.ndarray:
         w = load_window(run)
         for r in run.table("rtt"):
             t = r.get("t_send")
-            if isinstance(r.get("rtt_s"), (int, float)) and (w is None or (isinstance(t, (int, float))
-                                                                           and w[0] <= t <= w[1])):
+            if isinstance(r.get("rtt_s"), (int, float)) and (
+                w is None or (isinstance(t, (int, float)) and w[0] <= t <= w[1])
+            ):
                 vals.append(r["rtt_s"])
     return np.array(vals, dtype=float)
 
 
-def _cdf(cmp: Comparison, reg: StyleRegistry, data: Callable[[Row], np.ndarray], what: str, scale: float,
-         unit: str) -> Figure:
+def _cdf(
+    cmp: Comparison, reg: StyleRegistry, data: Callable[[Row], np.ndarray], what: str, scale: float, unit: str
+) -> Figure:
     series = [(row, data(row)) for row in cmp.rows]
     series = [(row, d) for row, d in series if d.size]
     if not series:
@@ -74,8 +87,14 @@ def _cdf(cmp: Comparison, reg: StyleRegistry, data: Callable[[Row], np.ndarray],
         x, y = ecdf(d * scale)
         st = reg.style(row.label)
         ax.step(x, y, where="post", **st.line())
-        ax.plot(x[-1:], y[-1:], marker=st.marker, color=st.color, linestyle="none",
-                markerfacecolor="white" if st.hollow else st.color)
+        ax.plot(
+            x[-1:],
+            y[-1:],
+            marker=st.marker,
+            color=st.color,
+            linestyle="none",
+            markerfacecolor="white" if st.hollow else st.color,
+        )
     ax.set_xlabel(f"{what} ({unit})")
     ax.set_ylabel("fraction")
     ax.set_ylim(0, 1.02)
@@ -107,16 +126,23 @@ def queue_occupancy(cmp: Comparison, reg: StyleRegistry) -> Figure:
     if not top:
         raise NoData("no queue ever held a backlog (or queues.csv was not recorded)")
     fig, axes = plt.subplots(len(top), 1, figsize=(7, 2.4 * len(top) + 0.6), sharex=True, squeeze=False)
-    for ax, q in zip(axes[:, 0], top):
+    for ax, q in zip(axes[:, 0], top, strict=True):
         node, dev = q.split(":", 1)
         for row in cmp.rows:
-            rows = [r for r in row.runs[0].table("queues") if r.get("node") == node and r.get("dev") == dev
-                    and isinstance(r.get("backlog_bytes"), (int, float))]
+            rows = [
+                r
+                for r in row.runs[0].table("queues")
+                if r.get("node") == node and r.get("dev") == dev and isinstance(r.get("backlog_bytes"), (int, float))
+            ]
             if not rows:
                 continue
             t = np.array([r["t"] for r in rows], dtype=float)
-            ax.plot(t - t.min(), np.array([r["backlog_bytes"] for r in rows]) / 1e3, linewidth=1,
-                    **reg.style(row.label).line())
+            ax.plot(
+                t - t.min(),
+                np.array([r["backlog_bytes"] for r in rows]) / 1e3,
+                linewidth=1,
+                **reg.style(row.label).line(),
+            )
         ax.set_ylabel("backlog (KB)")
         ax.set_title(f"{q} (max {hottest[q] / 1e3:.1f} KB)", fontsize=9)
         ax.grid(alpha=0.3)
@@ -130,8 +156,13 @@ def _bars(ax: Any, cmp: Comparison, reg: StyleRegistry, key: str, scale: float, 
     rows = [r for r in cmp.rows if r.cells[key].mean is not None]
     for i, row in enumerate(rows):
         c = row.cells[key]
-        ax.bar(i, (c.mean or 0) * scale, yerr=None if c.ci95 is None else c.ci95 * scale, capsize=4,
-               **reg.style(row.label).bar())
+        ax.bar(
+            i,
+            (c.mean or 0) * scale,
+            yerr=None if c.ci95 is None else c.ci95 * scale,
+            capsize=4,
+            **reg.style(row.label).bar(),
+        )
     ax.set_xticks(range(len(rows)), [r.label for r in rows], rotation=15, fontsize=8)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
@@ -169,7 +200,7 @@ def heatmap_traffic(cmp: Comparison, reg: StyleRegistry) -> Figure:
     hosts = sorted({h for _, m in mats for a, inner in m.items() for h in (a, *inner)})
     fig, axes = plt.subplots(1, len(mats), figsize=(4.2 * len(mats) + 1, 4.2), squeeze=False)
     vmax = max(v for _, m in mats for inner in m.values() for v in inner.values()) / 1e6
-    for ax, (row, m) in zip(axes[0], mats):
+    for ax, (row, m) in zip(axes[0], mats, strict=True):
         grid = np.array([[m.get(a, {}).get(b, 0.0) / 1e6 for b in hosts] for a in hosts])
         im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=vmax)
         ax.set_xticks(range(len(hosts)), hosts, rotation=90, fontsize=7)
@@ -204,8 +235,15 @@ def heatmap_links(cmp: Comparison, reg: StyleRegistry) -> Figure:
     for i in range(len(ports)):
         for j in range(len(per)):
             if not np.isnan(grid[i, j]):
-                ax.text(j, i, f"{grid[i, j]:.0f}", ha="center", va="center", fontsize=6,
-                        color="white" if grid[i, j] < 60 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{grid[i, j]:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if grid[i, j] < 60 else "black",
+                )
     fig.colorbar(im, ax=ax, label="mean utilization (%)")
     ax.set_title("Per-link utilization (egress port, mean over the run)")
     fig.tight_layout()

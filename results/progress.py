@@ -14,13 +14,20 @@ from typing import TextIO
 
 
 def _hms(seconds: float) -> str:
-    s = max(0, int(round(seconds)))
+    s = max(0, round(seconds))
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 class Progress:
-    def __init__(self, total: int, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
-                 tty: bool | None = None, refresh: float = 0.5, plain_every: float = 30.0):
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        tty: bool | None = None,
+        refresh: float = 0.5,
+        plain_every: float = 30.0,
+    ):
         self.total = total
         self.stream = stream or sys.stdout
         self.clock = clock
@@ -61,8 +68,10 @@ class Progress:
         now = self.clock()
         eta = self.eta()
         cur = f"{self.current} ({_hms(now - self.current_start)})" if self.current else "idle"
-        return (f"[{self.done}/{self.total}] {cur} | elapsed {_hms(now - self.started)} | "
-                f"left {'?' if eta is None else '~' + _hms(eta)}")
+        return (
+            f"[{self.done}/{self.total}] {cur} | elapsed {_hms(now - self.started)} | "
+            f"left {'?' if eta is None else '~' + _hms(eta)}"
+        )
 
     def _emit(self, text: str, final: bool = False) -> None:
         if self.tty:

@@ -14,10 +14,11 @@ import os
 import re
 import socket
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from results.tables import SCHEMAS, Table, TableError, TableWriter, read_table
 
@@ -65,8 +66,9 @@ def git_revision(repo: Path | None = None) -> str | None:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
@@ -201,7 +203,7 @@ class RunRecord:
 
             try:
                 write_summary(load_run(self.path))
-            except Exception as exc:  # noqa: BLE001 - recorded in the manifest, the record stays readable
+            except Exception as exc:
                 self.set("summary_error", f"{type(exc).__name__}: {exc}")
                 raise
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # matplotlib's tab10, written out so the registry does not depend on the global rc state
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
 
@@ -32,8 +31,12 @@ class Style:
 
     def bar(self) -> dict[str, Any]:
         """Keyword arguments for ``Axes.bar``."""
-        return {"label": self.label, "color": "white" if self.hollow else self.color, "edgecolor": self.color,
-                "hatch": "//" if self.hollow else None}
+        return {
+            "label": self.label,
+            "color": "white" if self.hollow else self.color,
+            "edgecolor": self.color,
+            "hatch": "//" if self.hollow else None,
+        }
 
 
 def base_variant(label: str) -> str:
@@ -52,8 +55,13 @@ class StyleRegistry:
             base = base_variant(label)
             idx = self._bases.setdefault(base, len(self._bases))
             hollow = base != label
-            self._styles[label] = Style(label, PALETTE[idx % len(PALETTE)], MARKERS[idx % len(MARKERS)],
-                                        ":" if hollow else "-" if idx < len(PALETTE) else "--", hollow)
+            self._styles[label] = Style(
+                label,
+                PALETTE[idx % len(PALETTE)],
+                MARKERS[idx % len(MARKERS)],
+                ":" if hollow else "-" if idx < len(PALETTE) else "--",
+                hollow,
+            )
         return self._styles[label]
 
     def __iter__(self):  # type: ignore[no-untyped-def]

@@ -10,15 +10,27 @@ from __future__ import annotations
 import csv
 import io
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
     "queues": (
-        ("t", "node", "dev", "backlog_bytes", "backlog_pkts", "drops", "marks", "overlimits", "tx_bytes", "tx_pkts",
-         "requeues"),
+        (
+            "t",
+            "node",
+            "dev",
+            "backlog_bytes",
+            "backlog_pkts",
+            "drops",
+            "marks",
+            "overlimits",
+            "tx_bytes",
+            "tx_pkts",
+            "requeues",
+        ),
         "egress queue samples; counters cumulative as read from the kernel; one row per queue per sample",
     ),
     "links": (
@@ -28,14 +40,38 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
     "cpu": (("t", "cpu", "busy"), "CPU busy fraction 0..1 over the last interval; cpu = all or the core number"),
     "netstat": (("host", "phase", "counter", "value"), "/proc/net/netstat and snmp counters per host at start/end"),
     "iterations": (
-        ("job", "kind", "algorithm", "iter", "warmup", "t_start", "t_end", "size_bytes", "ranks", "ideal_s",
-         "busbw_factor"),
+        (
+            "job",
+            "kind",
+            "algorithm",
+            "iter",
+            "warmup",
+            "t_start",
+            "t_end",
+            "size_bytes",
+            "ranks",
+            "ideal_s",
+            "busbw_factor",
+        ),
         "one row per collective iteration",
     ),
     "steps": (("job", "iter", "rank", "step", "op", "peer", "t_start", "t_end", "bytes"), "collective steps per rank"),
     "flows": (
-        ("job", "flow_id", "src", "dst", "proto", "sport", "dport", "bytes", "t_start", "t_end", "goodput_bps",
-         "retrans", "path"),
+        (
+            "job",
+            "flow_id",
+            "src",
+            "dst",
+            "proto",
+            "sport",
+            "dport",
+            "bytes",
+            "t_start",
+            "t_end",
+            "goodput_bps",
+            "retrans",
+            "path",
+        ),
         "one row per transport flow",
     ),
     "flow_samples": (("job", "flow_id", "t", "bytes", "cwnd", "rtt_us", "retrans"), "TCP_INFO samples per flow"),
@@ -77,7 +113,7 @@ class TableWriter:
         self.flush_interval = flush_interval
         self.rows_written = 0
         exists = path.exists() and path.stat().st_size > 0
-        self._fh = open(path, "a", newline="", encoding="utf-8")
+        self._fh = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - held open for the run
         self._csv = csv.writer(self._fh, lineterminator="\n")
         if not exists:
             self._csv.writerow(self.columns)
@@ -87,7 +123,9 @@ class TableWriter:
     def write(self, row: Mapping[str, Any]) -> None:
         extra = set(row) - set(self.columns)
         if extra:
-            raise TableError(f"{self.path.name}: unknown column(s) {sorted(extra)} (columns: {', '.join(self.columns)})")
+            raise TableError(
+                f"{self.path.name}: unknown column(s) {sorted(extra)} (columns: {', '.join(self.columns)})"
+            )
         self._csv.writerow([_cell(row.get(c)) for c in self.columns])
         self.rows_written += 1
         if time.monotonic() - self._last_flush >= self.flush_interval:
@@ -163,7 +201,7 @@ def read_table(path: Path) -> Table:
         if len(fields) != len(header):
             torn += 1
             continue
-        rows.append({k: parse_cell(v) for k, v in zip(header, fields)})
+        rows.append({k: parse_cell(v) for k, v in zip(header, fields, strict=True)})
     reason = None
     if torn:
         reason = f"{path.name}: {torn} malformed row(s) dropped (torn write?)"

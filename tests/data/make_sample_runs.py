@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
-from results.record import RunRecord  # noqa: E402
+from results.record import RunRecord
 
 OUT = Path(__file__).resolve().parent / "runs"
 RATE = 100_000_000
@@ -28,14 +28,27 @@ DUR = 2.0
 
 def fabric(buffer: int) -> dict[str, Any]:
     nodes = [{"name": h, "layer": "host", "netns": f"tb0000-{h}", "ip": ip} for h, ip in HOSTS.items()]
-    nodes += [{"name": n, "layer": layer, "netns": f"tb0000-{n}"} for n, layer in
-              (("l1", "leaf"), ("l2", "leaf"), ("s1", "spine"), ("s2", "spine"))]
+    nodes += [
+        {"name": n, "layer": layer, "netns": f"tb0000-{n}"}
+        for n, layer in (("l1", "leaf"), ("l2", "leaf"), ("s1", "spine"), ("s2", "spine"))
+    ]
     ports = []
 
     def port(node: str, peer: str, layer: str, peer_layer: str, direction: str) -> None:
-        ports.append({"node": node, "dev": f"{node}-{peer}", "peer": peer, "layer": layer, "peer_layer": peer_layer,
-                      "direction": direction, "rate_bps": RATE, "buffer_bytes": buffer, "mtu": 1500,
-                      "marking": "drop-tail"})
+        ports.append(
+            {
+                "node": node,
+                "dev": f"{node}-{peer}",
+                "peer": peer,
+                "layer": layer,
+                "peer_layer": peer_layer,
+                "direction": direction,
+                "rate_bps": RATE,
+                "buffer_bytes": buffer,
+                "mtu": 1500,
+                "marking": "drop-tail",
+            }
+        )
 
     for h in HOSTS:
         port(h, h[:2], "host", "leaf", "up")
@@ -52,7 +65,7 @@ def path(src: str, dst: str, spine: str) -> list[str]:
     hops = [f"{src}:{src}-{src[:2]}"]
     if src[:2] != dst[:2]:
         hops += [f"{src[:2]}:{src[:2]}-{spine}", f"{spine}:{spine}-{dst[:2]}"]
-    return hops + [f"{dst[:2]}:{dst[:2]}-{dst}"]
+    return [*hops, f"{dst[:2]}:{dst[:2]}-{dst}"]
 
 
 def scenario(buffer_kb: int, seed: int) -> dict[str, Any]:
@@ -78,27 +91,41 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
     buf = buffer_kb * 1000
     shallow = buffer_kb < 100
     scen = scenario(buffer_kb, seed)
-    rec = RunRecord.create(parent, "incast-buffer", {"links.buffer": f"{buffer_kb}KB"}, scenario=scen,
-                           repeat_index=rep, seed=seed, prefix="tb0000", now=when,
-                           extra={"ranks": {"ring": ["l1h1", "l1h2", "l2h1", "l2h2"]}})
+    rec = RunRecord.create(
+        parent,
+        "incast-buffer",
+        {"links.buffer": f"{buffer_kb}KB"},
+        scenario=scen,
+        repeat_index=rep,
+        seed=seed,
+        prefix="tb0000",
+        now=when,
+        extra={"ranks": {"ring": ["l1h1", "l1h2", "l2h1", "l2h2"]}},
+    )
     t0 = T0 + 100 * rep + (0 if shallow else 1000)
-    rec.update({
-        "fabric": fabric(buf), "marking": {"impl": "none", "kind": "drop-tail"},
-        "capabilities": {"netns": True, "htb": True, "bfifo": True, "sch_red": False, "netem": False, "bpf": True},
-        "sysctls": {"net.ipv4.tcp_ecn": 0, "net.ipv4.tcp_congestion_control": "cubic",
-                    "net.ipv4.fib_multipath_hash_policy": 3},
-        "qdiscs": {"l2": {"l2-l2h1": f"htb rate 100Mbit + bfifo limit {buf}"}},
-        "tc_before": {"l2": "qdisc htb 1: root refcnt 2 r2q 10 default 0x1\n Sent 0 bytes 0 pkt (dropped 0)"},
-        "tools": {"iperf3": "3.12", "python": "3.11.2", "tc": "iproute2-6.1.0"},
-        "fidelity": {"faithful": True, "checks": [{"name": "cpu_headroom", "ok": True, "detail": "max busy 0.71"}]},
-    })
+    rec.update(
+        {
+            "fabric": fabric(buf),
+            "marking": {"impl": "none", "kind": "drop-tail"},
+            "capabilities": {"netns": True, "htb": True, "bfifo": True, "sch_red": False, "netem": False, "bpf": True},
+            "sysctls": {
+                "net.ipv4.tcp_ecn": 0,
+                "net.ipv4.tcp_congestion_control": "cubic",
+                "net.ipv4.fib_multipath_hash_policy": 3,
+            },
+            "qdiscs": {"l2": {"l2-l2h1": f"htb rate 100Mbit + bfifo limit {buf}"}},
+            "tc_before": {"l2": "qdisc htb 1: root refcnt 2 r2q 10 default 0x1\n Sent 0 bytes 0 pkt (dropped 0)"},
+            "tools": {"iperf3": "3.12", "python": "3.11.2", "tc": "iproute2-6.1.0"},
+            "fidelity": {"faithful": True, "checks": [{"name": "cpu_headroom", "ok": True, "detail": "max busy 0.71"}]},
+        }
+    )
     rec.event("built", "fabric spine-leaf 2x2", t=t0 - 0.5)
     # ECMP: each cross-leaf flow picks a spine (seeded, like a hash would)
     flows = [("bulk", 1, "l1h1", "l2h1"), ("bulk", 2, "l1h2", "l2h1"), ("bulk", 3, "l2h2", "l2h1")]
     spine = {f: rnd.choice(["s1", "s2"]) for f in range(1, 4)}
     share = [0.31, 0.30, 0.33] if not shallow else [0.27, 0.36, 0.29]
     rates: dict[str, float] = {}
-    for (job, fid, src, dst), sh in zip(flows, share):
+    for (_job, fid, src, dst), sh in zip(flows, share, strict=True):
         for hop in path(src, dst, spine[fid]):
             rates[hop] = rates.get(hop, 0) + sh * RATE
     ring = ["l1h1", "l1h2", "l2h1", "l2h2"]
@@ -126,10 +153,21 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
             else:
                 backlog[q] = min(buf, max(0.0, rnd.gauss(load * 4000, 1500)))
             tx[q] += int(min(load, 0.97) * RATE / 8 * 0.05)
-            qw.write({"t": round(t + rnd.uniform(0, 0.001), 6), "node": q.split(":")[0], "dev": q.split(":")[1],
-                      "backlog_bytes": int(backlog[q]), "backlog_pkts": int(backlog[q] // 1514), "drops": drops[q],
-                      "marks": 0, "overlimits": drops[q] * 4, "tx_bytes": tx[q], "tx_pkts": tx[q] // 1514,
-                      "requeues": 0})
+            qw.write(
+                {
+                    "t": round(t + rnd.uniform(0, 0.001), 6),
+                    "node": q.split(":")[0],
+                    "dev": q.split(":")[1],
+                    "backlog_bytes": int(backlog[q]),
+                    "backlog_pkts": int(backlog[q] // 1514),
+                    "drops": drops[q],
+                    "marks": 0,
+                    "overlimits": drops[q] * 4,
+                    "tx_bytes": tx[q],
+                    "tx_pkts": tx[q] // 1514,
+                    "requeues": 0,
+                }
+            )
     # links.csv: all 16 ports, 100 ms samples
     lw = rec.table("links")
     lt = {p: 0 for p in (f"{x['node']}:{x['dev']}" for x in fabric(buf)["ports"])}
@@ -137,8 +175,18 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
         for p in lt:
             if k:
                 lt[p] += int(min(rates.get(p, 0), 0.97 * RATE) / 8 * 0.1 * rnd.uniform(0.93, 1.0))
-            lw.write({"t": t0 + k * 0.1, "node": p.split(":")[0], "dev": p.split(":")[1], "tx_bytes": lt[p],
-                      "tx_pkts": lt[p] // 1514, "rx_bytes": lt[p], "rx_pkts": lt[p] // 1514, "tx_drops": 0})
+            lw.write(
+                {
+                    "t": t0 + k * 0.1,
+                    "node": p.split(":")[0],
+                    "dev": p.split(":")[1],
+                    "tx_bytes": lt[p],
+                    "tx_pkts": lt[p] // 1514,
+                    "rx_bytes": lt[p],
+                    "rx_pkts": lt[p] // 1514,
+                    "tx_drops": 0,
+                }
+            )
     cw = rec.table("cpu")
     for k in range(int(end / 0.1)):
         for cpu in ("all", "0", "1"):
@@ -154,12 +202,25 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
         (rec.path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         return rec.path
     fw = rec.table("flows")
-    for (job, fid, src, dst), sh in zip(flows, share):
+    for (job, fid, src, dst), sh in zip(flows, share, strict=True):
         gp = sh * RATE * (0.97 if shallow else 0.99)
-        fw.write({"job": job, "flow_id": fid, "src": HOSTS[src], "dst": HOSTS[dst], "proto": "tcp",
-                  "sport": 40000 + fid, "dport": 5201, "bytes": int(gp / 8 * DUR), "t_start": t0, "t_end": t0 + DUR,
-                  "goodput_bps": gp, "retrans": rnd.randint(20, 60) if shallow else rnd.randint(0, 4),
-                  "path": f"{src}>{src[:2]}>{spine[fid]}>{dst[:2]}>{dst}" if src[:2] != dst[:2] else ""})
+        fw.write(
+            {
+                "job": job,
+                "flow_id": fid,
+                "src": HOSTS[src],
+                "dst": HOSTS[dst],
+                "proto": "tcp",
+                "sport": 40000 + fid,
+                "dport": 5201,
+                "bytes": int(gp / 8 * DUR),
+                "t_start": t0,
+                "t_end": t0 + DUR,
+                "goodput_bps": gp,
+                "retrans": rnd.randint(20, 60) if shallow else rnd.randint(0, 4),
+                "path": f"{src}>{src[:2]}>{spine[fid]}>{dst[:2]}>{dst}" if src[:2] != dst[:2] else "",
+            }
+        )
     iw = rec.table("iterations")
     sw = rec.table("steps")
     ideal = 2 * 3 / 4 * 1e6 * 8 / RATE
@@ -167,15 +228,37 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
     for it in range(22):
         slow = rnd.random() < (0.12 if shallow else 0.02)
         d = ideal * (rnd.uniform(1.08, 1.25) + (rnd.uniform(0.8, 2.5) if slow else 0))
-        iw.write({"job": "ring", "kind": "allreduce", "algorithm": "ring", "iter": it, "warmup": it < 2,
-                  "t_start": t, "t_end": t + d, "size_bytes": 1_000_000, "ranks": 4, "ideal_s": ideal,
-                  "busbw_factor": 1.5})
+        iw.write(
+            {
+                "job": "ring",
+                "kind": "allreduce",
+                "algorithm": "ring",
+                "iter": it,
+                "warmup": it < 2,
+                "t_start": t,
+                "t_end": t + d,
+                "size_bytes": 1_000_000,
+                "ranks": 4,
+                "ideal_s": ideal,
+                "busbw_factor": 1.5,
+            }
+        )
         if it < 6:
             for rank in range(4):
                 for step in range(6):
-                    sw.write({"job": "ring", "iter": it, "rank": rank, "step": step, "op": "send",
-                              "peer": (rank + 1) % 4, "t_start": t + step * d / 6, "t_end": t + (step + 1) * d / 6,
-                              "bytes": 250_000 // 2})
+                    sw.write(
+                        {
+                            "job": "ring",
+                            "iter": it,
+                            "rank": rank,
+                            "step": step,
+                            "op": "send",
+                            "peer": (rank + 1) % 4,
+                            "t_start": t + step * d / 6,
+                            "t_end": t + (step + 1) * d / 6,
+                            "bytes": 250_000 // 2,
+                        }
+                    )
         t += d * 0.09  # iterations overlap the 2 s window (the model is not a schedule)
     tw = rec.table("fct")
     sizes = [("small", 10_000), ("medium", 100_000), ("large", 1_000_000)]
@@ -187,25 +270,52 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
         tail = rnd.random() < (0.08 if shallow else 0.01)
         d = base * rnd.uniform(1.0, 1.6) + (rnd.uniform(0.2, 0.3) if tail else 0) + (buf / 12.5e6 * rnd.random())
         ts = t0 + rnd.uniform(0, DUR - 0.3)
-        tw.write({"job": "short", "flow_id": fid, "src": src, "dst": dst, "size_bytes": size, "t_start": ts,
-                  "t_end": ts + d, "size_class": cls})
+        tw.write(
+            {
+                "job": "short",
+                "flow_id": fid,
+                "src": src,
+                "dst": dst,
+                "size_bytes": size,
+                "t_start": ts,
+                "t_end": ts + d,
+                "size_class": cls,
+            }
+        )
     rw = rec.table("rtt")
     for seq in range(200):
         lost = shallow and rnd.random() < 0.02
         q = rnd.uniform(0.3, 1.0) * buf
-        rw.write({"job": "probe", "src": "l1h1", "dst": "l2h1", "seq": seq, "t_send": t0 + seq * 0.01,
-                  "rtt_s": None if lost else 0.0002 + q * 8 / RATE})
+        rw.write(
+            {
+                "job": "probe",
+                "src": "l1h1",
+                "dst": "l2h1",
+                "seq": seq,
+                "t_send": t0 + seq * 0.01,
+                "rtt_s": None if lost else 0.0002 + q * 8 / RATE,
+            }
+        )
     nw = rec.table("netstat")
     for h in hosts:
-        base = {"Tcp.RetransSegs": rnd.randint(0, 50), "TcpExt.TCPTimeouts": rnd.randint(0, 5),
-                "TcpExt.TCPDeliveredCE": 0, "IpExt.InCEPkts": 0}
-        grow = {"Tcp.RetransSegs": rnd.randint(40, 120) if shallow else rnd.randint(0, 8),
-                "TcpExt.TCPTimeouts": rnd.randint(1, 4) if shallow else 0, "TcpExt.TCPDeliveredCE": 0,
-                "IpExt.InCEPkts": 0}
+        base = {
+            "Tcp.RetransSegs": rnd.randint(0, 50),
+            "TcpExt.TCPTimeouts": rnd.randint(0, 5),
+            "TcpExt.TCPDeliveredCE": 0,
+            "IpExt.InCEPkts": 0,
+        }
+        grow = {
+            "Tcp.RetransSegs": rnd.randint(40, 120) if shallow else rnd.randint(0, 8),
+            "TcpExt.TCPTimeouts": rnd.randint(1, 4) if shallow else 0,
+            "TcpExt.TCPDeliveredCE": 0,
+            "IpExt.InCEPkts": 0,
+        }
         for c, v in base.items():
             nw.write({"host": h, "phase": "start", "counter": c, "value": v})
             nw.write({"host": h, "phase": "end", "counter": c, "value": v + grow[c]})
-    rec.set("tc_after", {"l2": f"qdisc bfifo 10: parent 1:1 limit {buf}b\n Sent {tx[hot]} bytes (dropped {drops[hot]})"})
+    rec.set(
+        "tc_after", {"l2": f"qdisc bfifo 10: parent 1:1 limit {buf}b\n Sent {tx[hot]} bytes (dropped {drops[hot]})"}
+    )
     rec.event("finished", "all jobs done", t=t0 + DUR)
     rec.finish("complete")
     return rec.path

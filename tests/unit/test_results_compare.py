@@ -53,7 +53,10 @@ def test_flatten() -> None:
 def test_rows_repetitions_mean_and_ci(runs) -> None:  # type: ignore[no-untyped-def]
     cmp = compare(runs)
     assert [(r.variant, r.status, len(r.runs)) for r in cmp.rows] == [
-        ("buffer=50KB", "complete", 3), ("buffer=50KB", "incomplete", 1), ("buffer=200KB", "complete", 3)]
+        ("buffer=50KB", "complete", 3),
+        ("buffer=50KB", "incomplete", 1),
+        ("buffer=200KB", "complete", 3),
+    ]
     deep = cmp.rows[2]
     vals = [summarize(r)["rtt_p99_s"] for r in deep.runs]
     mean = sum(vals) / 3
@@ -83,7 +86,7 @@ def test_every_column_filled_or_reasoned(runs) -> None:  # type: ignore[no-untyp
 
 
 def test_incomplete_run_is_labelled(runs) -> None:  # type: ignore[no-untyped-def]
-    killed = [r for r in runs if "killed" in str(r.path)][0]
+    killed = next(r for r in runs if "killed" in str(r.path))
     assert killed.manifest["status"] == "running" and killed.status == "incomplete"
     assert "torn" in (killed.table("queues").reason or "")
     text = to_text(compare(runs), width=120)
@@ -93,7 +96,8 @@ def test_incomplete_run_is_labelled(runs) -> None:  # type: ignore[no-untyped-de
 def test_outputs_csv_markdown_text(runs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cmp = compare(runs)
     write_csv(cmp, tmp_path / "c.csv")
-    rows = list(csv.DictReader(open(tmp_path / "c.csv")))
+    with open(tmp_path / "c.csv") as fh:
+        rows = list(csv.DictReader(fh))
     assert [r["variant"] for r in rows] == ["buffer=50KB", "buffer=50KB", "buffer=200KB"]
     assert float(rows[2]["queue_backlog_max_bytes"]) > 150_000 and rows[2]["queue_backlog_max_bytes_ci95"]
     assert rows[1]["fct_p99_s"] == "n/a" and "fct_p99_s:" in rows[1]["not_applicable"]
@@ -108,6 +112,6 @@ def test_failed_run_row(runs) -> None:  # type: ignore[no-untyped-def]
     failed.manifest.update({"status": "failed", "error": "iperf3 exited 1", "run_id": "f"})
     failed.manifest["fidelity"] = {"faithful": False}
     cmp = compare([*runs[:4], failed])  # 3 x 50KB + 1 x 200KB: the buffer differs
-    row = [r for r in cmp.rows if r.status.startswith("failed")][0]
+    row = next(r for r in cmp.rows if r.status.startswith("failed"))
     assert row.status == "failed: iperf3 exited 1" and row.fidelity.startswith("NOT FAITHFUL")
     assert row.label == "buffer=50KB [failed]"

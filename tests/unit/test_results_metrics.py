@@ -15,16 +15,31 @@ RATE = 100_000_000
 
 
 def _port(node: str, peer: str, layer: str, peer_layer: str, direction: str) -> dict[str, Any]:
-    return {"node": node, "dev": f"{node}-{peer}", "peer": peer, "layer": layer, "peer_layer": peer_layer,
-            "direction": direction, "rate_bps": RATE, "buffer_bytes": 100_000, "mtu": 1500, "marking": "drop-tail"}
+    return {
+        "node": node,
+        "dev": f"{node}-{peer}",
+        "peer": peer,
+        "layer": layer,
+        "peer_layer": peer_layer,
+        "direction": direction,
+        "rate_bps": RATE,
+        "buffer_bytes": 100_000,
+        "mtu": 1500,
+        "marking": "drop-tail",
+    }
 
 
 FABRIC = {
     "topology": "spine-leaf",
-    "nodes": [{"name": "h1", "layer": "host", "netns": "tbx-h1", "ip": "10.0.1.1"},
-              {"name": "h2", "layer": "host", "netns": "tbx-h2", "ip": "10.0.2.1"}],
-    "ports": [_port("l1", "s1", "leaf", "spine", "up"), _port("l1", "s2", "leaf", "spine", "up"),
-              _port("h1", "l1", "host", "leaf", "up")],
+    "nodes": [
+        {"name": "h1", "layer": "host", "netns": "tbx-h1", "ip": "10.0.1.1"},
+        {"name": "h2", "layer": "host", "netns": "tbx-h2", "ip": "10.0.2.1"},
+    ],
+    "ports": [
+        _port("l1", "s1", "leaf", "spine", "up"),
+        _port("l1", "s2", "leaf", "spine", "up"),
+        _port("h1", "l1", "host", "leaf", "up"),
+    ],
 }
 
 
@@ -50,8 +65,16 @@ def test_empty_run_every_metric_none_with_reason(tmp_path: Path) -> None:
 def test_queue_counters_are_cumulative(tmp_path: Path) -> None:
     rows = []
     for i, (backlog, drops) in enumerate([(0, 100), (5000, 104), (90000, 110), (1000, 130)]):
-        base = {"node": "l1", "dev": "l1-s1", "backlog_pkts": 0, "marks": 3 + i, "overlimits": 50, "tx_bytes": 1000 * i,
-                "tx_pkts": i, "requeues": 0}
+        base = {
+            "node": "l1",
+            "dev": "l1-s1",
+            "backlog_pkts": 0,
+            "marks": 3 + i,
+            "overlimits": 50,
+            "tx_bytes": 1000 * i,
+            "tx_pkts": i,
+            "requeues": 0,
+        }
         rows.append({"t": 10.0 + i * 0.001, "backlog_bytes": backlog, "drops": drops, **base})
     s = summarize(_run(tmp_path, {"queues": rows}))
     assert s["drops_total"] == 30  # last - first, not the kernel's absolute counter
@@ -67,10 +90,30 @@ def test_link_utilization_and_ecmp(tmp_path: Path) -> None:
     for i in range(11):  # 1 s at 0.1 s: s1 port 50 Mbit/s, s2 port 25 Mbit/s, host port idle
         t = 100.0 + i * 0.1
         for dev, bps in (("l1-s1", 50e6), ("l1-s2", 25e6)):
-            rows.append({"t": t, "node": "l1", "dev": dev, "tx_bytes": int(bps / 8 * 0.1 * i), "tx_pkts": 0,
-                         "rx_bytes": 0, "rx_pkts": 0, "tx_drops": 0})
-        rows.append({"t": t, "node": "h1", "dev": "h1-l1", "tx_bytes": 0, "tx_pkts": 0, "rx_bytes": 0, "rx_pkts": 0,
-                     "tx_drops": 0})
+            rows.append(
+                {
+                    "t": t,
+                    "node": "l1",
+                    "dev": dev,
+                    "tx_bytes": int(bps / 8 * 0.1 * i),
+                    "tx_pkts": 0,
+                    "rx_bytes": 0,
+                    "rx_pkts": 0,
+                    "tx_drops": 0,
+                }
+            )
+        rows.append(
+            {
+                "t": t,
+                "node": "h1",
+                "dev": "h1-l1",
+                "tx_bytes": 0,
+                "tx_pkts": 0,
+                "rx_bytes": 0,
+                "rx_pkts": 0,
+                "tx_drops": 0,
+            }
+        )
     s = summarize(_run(tmp_path, {"links": rows}))
     assert s["links"]["l1:l1-s1"]["util_mean"] == pytest.approx(0.5)
     assert s["links"]["l1:l1-s2"]["util_max"] == pytest.approx(0.25)
@@ -83,8 +126,19 @@ def test_link_utilization_and_ecmp(tmp_path: Path) -> None:
 
 def test_no_parallel_uplinks_is_not_applicable(tmp_path: Path) -> None:
     fabric = {"topology": "spine-leaf", "nodes": [], "ports": [_port("h1", "l1", "host", "leaf", "up")]}
-    rows = [{"t": float(i), "node": "h1", "dev": "h1-l1", "tx_bytes": i * 1000, "tx_pkts": 0, "rx_bytes": 0,
-             "rx_pkts": 0, "tx_drops": 0} for i in range(3)]
+    rows = [
+        {
+            "t": float(i),
+            "node": "h1",
+            "dev": "h1-l1",
+            "tx_bytes": i * 1000,
+            "tx_pkts": 0,
+            "rx_bytes": 0,
+            "rx_pkts": 0,
+            "tx_drops": 0,
+        }
+        for i in range(3)
+    ]
     s = summarize(_run(tmp_path, {"links": rows}, fabric))
     assert s["ecmp_imbalance"] is None and "parallel uplinks" in s["not_applicable"]["ecmp_imbalance"]
 
@@ -92,9 +146,21 @@ def test_no_parallel_uplinks_is_not_applicable(tmp_path: Path) -> None:
 def test_collectives_exclude_warmup(tmp_path: Path) -> None:
     rows = []
     for it, d in enumerate([5.0, 1.0, 1.0, 2.0]):  # the first iteration is warm-up and very slow
-        rows.append({"job": "ar", "kind": "allreduce", "algorithm": "ring", "iter": it, "warmup": it == 0,
-                     "t_start": 10.0 * it, "t_end": 10.0 * it + d, "size_bytes": 1_000_000, "ranks": 4,
-                     "ideal_s": 0.5, "busbw_factor": 1.5})
+        rows.append(
+            {
+                "job": "ar",
+                "kind": "allreduce",
+                "algorithm": "ring",
+                "iter": it,
+                "warmup": it == 0,
+                "t_start": 10.0 * it,
+                "t_end": 10.0 * it + d,
+                "size_bytes": 1_000_000,
+                "ranks": 4,
+                "ideal_s": 0.5,
+                "busbw_factor": 1.5,
+            }
+        )
     s = summarize(_run(tmp_path, {"iterations": rows}))
     assert s["coll_iters_n"] == 3
     assert s["coll_iter_max_s"] == 2.0
@@ -105,18 +171,62 @@ def test_collectives_exclude_warmup(tmp_path: Path) -> None:
 
 
 def test_flows_goodput_fairness_matrix_fct_rtt_netstat(tmp_path: Path) -> None:
-    flows = [{"job": "bulk", "flow_id": i, "src": "10.0.1.1", "dst": "10.0.2.1", "proto": "tcp", "sport": i,
-              "dport": 5201, "bytes": b, "t_start": 0.0, "t_end": 2.0, "goodput_bps": b * 4, "retrans": 0, "path": ""}
-             for i, b in enumerate([1_000_000, 3_000_000])]
-    fct = [{"job": "s", "flow_id": i, "src": "h1", "dst": "h2", "size_bytes": 1000, "t_start": 0.5,
-            "t_end": 0.5 + 0.001 * (i + 1), "size_class": "small"} for i in range(100)]
-    fct.append({"job": "s", "flow_id": 100, "src": "h1", "dst": "h2", "size_bytes": 1000, "t_start": 0.5,
-                "t_end": None, "size_class": "small"})
-    rtt = [{"job": "p", "src": "h1", "dst": "h2", "seq": i, "t_send": 0.1 * i, "rtt_s": 0.001 if i < 25 else 0.5}
-           for i in range(30)]  # samples after t=2.0 are outside the load window
-    netstat = [{"host": "h1", "phase": ph, "counter": c, "value": v} for ph, c, v in
-               [("start", "Tcp.RetransSegs", 10), ("end", "Tcp.RetransSegs", 25), ("start", "TcpExt.TCPTimeouts", 1),
-                ("end", "TcpExt.TCPTimeouts", 3)]]
+    flows = [
+        {
+            "job": "bulk",
+            "flow_id": i,
+            "src": "10.0.1.1",
+            "dst": "10.0.2.1",
+            "proto": "tcp",
+            "sport": i,
+            "dport": 5201,
+            "bytes": b,
+            "t_start": 0.0,
+            "t_end": 2.0,
+            "goodput_bps": b * 4,
+            "retrans": 0,
+            "path": "",
+        }
+        for i, b in enumerate([1_000_000, 3_000_000])
+    ]
+    fct = [
+        {
+            "job": "s",
+            "flow_id": i,
+            "src": "h1",
+            "dst": "h2",
+            "size_bytes": 1000,
+            "t_start": 0.5,
+            "t_end": 0.5 + 0.001 * (i + 1),
+            "size_class": "small",
+        }
+        for i in range(100)
+    ]
+    fct.append(
+        {
+            "job": "s",
+            "flow_id": 100,
+            "src": "h1",
+            "dst": "h2",
+            "size_bytes": 1000,
+            "t_start": 0.5,
+            "t_end": None,
+            "size_class": "small",
+        }
+    )
+    rtt = [
+        {"job": "p", "src": "h1", "dst": "h2", "seq": i, "t_send": 0.1 * i, "rtt_s": 0.001 if i < 25 else 0.5}
+        for i in range(30)
+    ]  # samples after t=2.0 are outside the load window
+    netstat = [
+        {"host": "h1", "phase": ph, "counter": c, "value": v}
+        for ph, c, v in [
+            ("start", "Tcp.RetransSegs", 10),
+            ("end", "Tcp.RetransSegs", 25),
+            ("start", "TcpExt.TCPTimeouts", 1),
+            ("end", "TcpExt.TCPTimeouts", 3),
+        ]
+    ]
     s = summarize(_run(tmp_path, {"flows": flows, "fct": fct, "rtt": rtt, "netstat": netstat}))
     assert s["goodput_bps"] == pytest.approx(16e6)
     assert s["goodput_per_job_bps"] == {"bulk": pytest.approx(16e6)}
@@ -124,8 +234,9 @@ def test_flows_goodput_fairness_matrix_fct_rtt_netstat(tmp_path: Path) -> None:
     assert s["traffic_matrix"] == {"h1": {"h2": 4_000_000}}  # IPs mapped to host names
     assert s["fct_n"] == 100 and s["fct_unfinished"] == 1
     assert s["fct_p50_s"] == pytest.approx(0.0505)
-    assert s["fct_by_class"]["small"]["p999_s"] == pytest.approx(percentiles([0.001 * (i + 1) for i in range(100)],
-                                                                             [99.9])[0])
+    assert s["fct_by_class"]["small"]["p999_s"] == pytest.approx(
+        percentiles([0.001 * (i + 1) for i in range(100)], [99.9])[0]
+    )
     assert s["rtt_p99_s"] == pytest.approx(0.001) and s["rtt_n"] == 21  # t_send 0.0 .. 2.0
     assert s["retrans_total"] == 15 and s["timeouts_total"] == 2
     assert s["ce_delivered_total"] is None and "TCPDeliveredCE" in s["not_applicable"]["ce_delivered_total"]
@@ -134,8 +245,22 @@ def test_flows_goodput_fairness_matrix_fct_rtt_netstat(tmp_path: Path) -> None:
 def test_steps_feed_traffic_matrix_with_rank_hosts(tmp_path: Path) -> None:
     rec = RunRecord.create(tmp_path, "m")
     rec.set("ranks", {"ar": ["h1", "h2"]})
-    rec.table("steps").write_many([{"job": "ar", "iter": 0, "rank": r, "step": 0, "op": "send", "peer": 1 - r,
-                                    "t_start": 0.0, "t_end": 1.0, "bytes": 500} for r in (0, 1)])
+    rec.table("steps").write_many(
+        [
+            {
+                "job": "ar",
+                "iter": 0,
+                "rank": r,
+                "step": 0,
+                "op": "send",
+                "peer": 1 - r,
+                "t_start": 0.0,
+                "t_end": 1.0,
+                "bytes": 500,
+            }
+            for r in (0, 1)
+        ]
+    )
     rec.finish(summarize=False)
     assert summarize(load_run(rec.path))["traffic_matrix"] == {"h1": {"h2": 500}, "h2": {"h1": 500}}
 

@@ -64,8 +64,16 @@ def test_html_self_contained(cmp, plots) -> None:  # type: ignore[no-untyped-def
     assert "http://" not in page and "https://" not in page
     assert not re.search(r"""(src|href)\s*=\s*['"](?!data:)""", page)  # only data: URIs
     assert page.count("data:image/png;base64,") == len(FIGURES)
-    for needle in ("links.buffer", "buffer=200KB", "incomplete", "kernel", "git_revision", "capabilities",
-                   "hash_policy", "<table"):
+    for needle in (
+        "links.buffer",
+        "buffer=200KB",
+        "incomplete",
+        "kernel",
+        "git_revision",
+        "capabilities",
+        "hash_policy",
+        "<table",
+    ):
         assert needle in page, needle
 
 
