@@ -1,0 +1,213 @@
+"""ECN marking and congestion control on the real egress queue (issue 3 acceptance), as root.
+
+Topology (tests/root/ecn_net.py): s1, s2 -> r -> d; r's egress to d is the 100 Mbit/s bottleneck, htb + bfifo
+300 KB; MTU 1500, gso_max_segs 1 everywhere; tcp_ecn=1 and the congestion control set per namespace.
+Run under the benchmark lock: `flock /run/testbed-bench.lock /usr/bin/python3 -m pytest tests/root/test_ecn.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.root import ecn_net as en
+from testbed.ecn import CongestionControl, MarkerSet, choose_impl, leaf_qdisc_args, probe
+from testbed.ecn.build import DEFAULT_OUT, build
+from testbed.ecn.cc import ALLOWED, struct_ops_ids
+from testbed.ecn.sysrun import BPFFS, sysctl_read
+from testbed.spec import LinkSpec
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.bench,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc, BPF)"),
+]
+
+BASE = {"rate": "100Mbit", "buffer": "300KB", "mtu": 1500}
+SECONDS = 6
+
+
+def link(ecn: dict | None = None) -> LinkSpec:
+    return LinkSpec.from_dict({**BASE, **({"ecn": ecn} if ecn else {})}, "link")
+
+
+def bpf_prog_ids(*names: str) -> set[int]:
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return {int(p["id"]) for p in json.loads(out or "[]") if p.get("name", "").startswith(names)}
+
+
+@pytest.fixture(scope="session")
+def build_dir() -> Path:
+    build(DEFAULT_OUT)
+    return DEFAULT_OUT
+
+
+@pytest.fixture
+def clean_after():
+    """After the test: none of the BPF programs/struct_ops it loaded remain, the allowed list is as before."""
+    allowed = sysctl_read(ALLOWED)
+    progs_before = bpf_prog_ids("ecn_mark", "tbd_dctcp")
+    ops_before = set(struct_ops_ids())
+    yield
+    deadline = time.monotonic() + 10
+    while True:
+        left = bpf_prog_ids("ecn_mark", "tbd_dctcp") - progs_before
+        ops = set(struct_ops_ids()) - ops_before
+        if (not left and not ops) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left, f"BPF programs left: {left}"
+    assert not ops, f"struct_ops left: {ops}"
+    assert not (BPFFS / en.PREFIX).exists(), "pins left"
+    assert sysctl_read(ALLOWED) == allowed
+
+
+@pytest.fixture
+def net(clean_after, build_dir):
+    n = en.Net()
+    markers = MarkerSet(en.PREFIX, build_dir)
+    cc = CongestionControl(en.PREFIX, build_dir)
+    try:
+        n.build()
+        yield n, markers, cc
+    finally:
+        markers.close()
+        n.destroy()
+        cc.close()
+
+
+def hosts_cc(cc: CongestionControl, algo: str) -> dict[str, str]:
+    sources = cc.prepare({algo})
+    for h in ("s1", "s2", "d"):
+        cc.set_namespace_default(en.ns(h), algo, ecn=True)
+    return sources
+
+
+def measure(seconds: float = SECONDS) -> dict:
+    d0, q0 = en.netstat("d"), en.leaf_stats()
+    sampler = en.QueueSampler()
+    sampler.start()
+    results = en.iperf_pair(seconds)
+    backlog = sampler.stop()
+    d1, q1 = en.netstat("d"), en.leaf_stats()
+    steady = backlog[len(backlog) // 6 :]  # skip slow start
+    return {
+        "goodput": sum(r["end"]["sum_received"]["bits_per_second"] for r in results),
+        "p99": en.percentile(steady, 99),
+        "median": statistics.median(steady),
+        "samples": len(backlog),
+        "drops": q1["drops"] - q0["drops"],
+        "in_ce": d1["IpExt.InCEPkts"] - d0["IpExt.InCEPkts"],
+        "in_ect0": d1["IpExt.InECT0Pkts"] - d0["IpExt.InECT0Pkts"],
+        "retrans": sum(r["end"]["sum_sent"].get("retransmits", 0) for r in results),
+    }
+
+
+def ip_checksum_ok(hdr: bytes) -> bool:
+    s = sum(int.from_bytes(hdr[i : i + 2], "big") for i in range(0, len(hdr), 2))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s == 0xFFFF
+
+
+def test_probe_reports_this_kernel():
+    en.sh("ip", "netns", "add", en.ns("probe"))
+    try:
+        caps = probe(en.ns("probe"))
+    finally:
+        en.sh("ip", "netns", "del", en.ns("probe"))
+    assert caps["sch_red"] is False and caps["bpf_marker"] is True and caps["dctcp"] == "bpf", caps
+    assert choose_impl(link({"mode": "step", "k": "30KB"}).marking, caps) == "bpf"
+
+
+def test_step_marking_vs_droptail(net, tmp_path, record_property):
+    n, markers, cc = net
+    assert hosts_cc(cc, "cubic") == {"cubic": "kernel"}
+    tail = measure()
+    print("drop-tail", tail)
+
+    spec = link({"mode": "step", "k": "30KB", "impl": "bpf"})
+    assert leaf_qdisc_args(spec.marking, spec, "bpf") == n.leaf
+    markers.attach(en.ns("r"), "r-d", spec.marking, spec)
+    pcap = tmp_path / "rx.pcap"
+    cap = en.capture("d", "d-r", pcap, count=3000, timeout=SECONDS)
+    m0 = markers.read_marks()[(en.ns("r"), "r-d")]
+    step = measure()
+    m1 = markers.read_marks()[(en.ns("r"), "r-d")]
+    cap.wait(SECONDS + 10)
+    marks = m1["marks"] - m0["marks"]
+    print("step", step, "marker", m1)
+    record_property("droptail", tail)
+    record_property("step", {**step, "marks": marks})
+
+    assert tail["p99"] > 250_000 and tail["drops"] > 0
+    assert step["p99"] < 3 * 30_000 and step["drops"] == 0
+    assert marks > 0 and abs(step["in_ce"] - marks) <= 0.03 * marks, (step["in_ce"], marks)
+    assert step["goodput"] >= 0.9 * tail["goodput"]
+
+    from scapy.all import IP, rdpcap
+
+    pkts = [p[IP] for p in rdpcap(str(pcap)) if IP in p]
+    ce = [p for p in pkts if p.tos & 3 == 3]
+    bad = [p for p in pkts if not ip_checksum_ok(bytes(p)[: p.ihl * 4])]
+    print(f"capture: {len(pkts)} IP packets, {len(ce)} CE, {len(bad)} bad checksums")
+    assert len(pkts) > 1000 and ce and not bad
+
+
+def test_dctcp_holds_queue_near_k(net):
+    n, markers, cc = net
+    sources = hosts_cc(cc, "dctcp")
+    assert sources == {"dctcp": "bpf"}
+    assert en.nsx("s1", "sysctl", "-n", "net.ipv4.tcp_congestion_control").stdout.strip() == cc.kernel_name("dctcp")
+    spec = link({"mode": "step", "k": "30KB"})
+    markers.attach(en.ns("r"), "r-d", spec.marking, spec)
+    res = measure()
+    marks = markers.read_marks()[(en.ns("r"), "r-d")]["marks"]
+    print("dctcp", res, "marks", marks)
+    assert 15_000 <= res["median"] <= 60_000, res
+    assert res["goodput"] >= 0.9 * spec.payload_rate_bps and res["drops"] == 0, res
+    assert marks > 0
+
+
+@pytest.mark.parametrize("pmax", [0.2, 0.5])
+def test_ramp_probability_under_overload(net, pmax):
+    """UDP ECT(0) at 1.5x line rate keeps the queue at the 300 KB limit, between Kmin 30 KB and Kmax 300 KB."""
+    n, markers, _ = net
+    spec = link({"mode": "ramp", "kmin": "30KB", "kmax": "300KB", "pmax": pmax})
+    markers.attach(en.ns("r"), "r-d", spec.marking, spec)
+    srv = subprocess.Popen(["nsenter", f"--net=/run/netns/{en.ns('d')}", "iperf3", "-s", "-1"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        sampler = en.QueueSampler()
+        client = subprocess.Popen(["nsenter", f"--net=/run/netns/{en.ns('s1')}", "iperf3", "-c", en.HOSTS["d"], "-u",
+                                   "-b", "150M", "-l", "1472", "--tos", "2", "-t", "4", "-J"],
+                                  stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # queue fills within ~50 ms; start counting in steady overload
+        m0 = markers.read_marks()[(en.ns("r"), "r-d")]
+        sampler.start()
+        time.sleep(2.5)
+        backlog = sampler.stop()
+        m1 = markers.read_marks()[(en.ns("r"), "r-d")]
+        client.communicate(timeout=20)
+    finally:
+        srv.kill()
+        srv.wait()
+    marks, ect = m1["marks"] - m0["marks"], m1["ect_seen"] - m0["ect_seen"]
+    low, high = spec.marking.thresholds_bytes(spec.mtu)
+    mean_q = statistics.mean(backlog)
+    expected = pmax * (mean_q - low) / (high - low)
+    p = marks / ect
+    sd = (expected * (1 - expected) / ect) ** 0.5
+    print(f"ramp pmax={pmax}: {marks}/{ect} = {p:.4f}, expected {expected:.4f} (queue mean {mean_q:.0f} B, "
+          f"min {min(backlog)}), sd {sd:.4f}")
+    assert min(backlog) > low and max(backlog) <= high
+    assert ect > 10_000
+    # sampling error plus the error in the mean queue (one frame of 270 KB: 0.6% of pmax)
+    assert abs(p - expected) <= 4 * sd + 0.006 * pmax, (p, expected)
