@@ -11,5 +11,15 @@ from testbed.vm.guest import GuestResult, run_in_guest
 from testbed.vm.kernel import KernelImage, ensure_kernel
 from testbed.vm.tools import ensure_guest_tools
 
-__all__ = ["GuestResult", "GuestTimeout", "GuestToolsMissing", "KernelImage", "KernelUnavailable", "VmError",
-           "ensure_guest_tools", "ensure_kernel", "run_in_guest", "vm_main"]
+__all__ = [
+    "GuestResult",
+    "GuestTimeout",
+    "GuestToolsMissing",
+    "KernelImage",
+    "KernelUnavailable",
+    "VmError",
+    "ensure_guest_tools",
+    "ensure_kernel",
+    "run_in_guest",
+    "vm_main",
+]

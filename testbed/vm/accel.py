@@ -35,8 +35,14 @@ def probe_kvm(qemu: Path) -> Accel:
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return Accel("tcg", "no usable /dev/kvm")
     cmd = [str(qemu), "-accel", "kvm", "-cpu", "host", "-display", "none", "-nodefaults", "-no-reboot", "-m", "64M"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _, err = proc.communicate(timeout=PROBE_S)
     except subprocess.TimeoutExpired:

@@ -14,8 +14,24 @@ import subprocess
 import sys
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
-RED_ECN = ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1500", "burst", "21",
-           "probability", "0.1", "bandwidth", "100mbit", "ecn"]
+RED_ECN = [
+    "red",
+    "limit",
+    "400000",
+    "min",
+    "30000",
+    "max",
+    "90000",
+    "avpkt",
+    "1500",
+    "burst",
+    "21",
+    "probability",
+    "0.1",
+    "bandwidth",
+    "100mbit",
+    "ecn",
+]
 QDISCS: dict[str, tuple[list[str], str]] = {  # name -> (tc args, word that `tc qdisc show` must print)
     "red+ecn": (RED_ECN, "ecn"),
     "netem": (["netem", "delay", "1ms"], "delay 1ms"),
@@ -37,8 +53,9 @@ def check_qdiscs(netns: str) -> dict[str, str]:
     _run("ip", "-n", netns, "link", "set", "tbvm0", "up")
     for name, (args, word) in QDISCS.items():
         _run("ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", "tbvm0", "root")  # a kind change needs del
-        res = _run("ip", "netns", "exec", netns, "tc", "qdisc", "replace", "dev", "tbvm0", "root", "handle", "1:",
-                   *args)
+        res = _run(
+            "ip", "netns", "exec", netns, "tc", "qdisc", "replace", "dev", "tbvm0", "root", "handle", "1:", *args
+        )
         shown = _run("ip", "netns", "exec", netns, "tc", "qdisc", "show", "dev", "tbvm0").stdout
         if res.returncode != 0:
             out[name] = "missing: " + (res.stderr.strip().splitlines() or ["tc failed"])[0]

@@ -27,16 +27,25 @@ def output_dirs(command: list[str]) -> list[Path]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m testbed vm",
-                                description="Run COMMAND inside a pinned stock kernel (virtme-ng + QEMU).")
-    p.add_argument("--kernel", default="debian-6.1",
-                   help=f"kernel alias ({', '.join(ALIASES)}) or exact version like 6.1.0-57-amd64")
+    p = argparse.ArgumentParser(
+        prog="python3 -m testbed vm", description="Run COMMAND inside a pinned stock kernel (virtme-ng + QEMU)."
+    )
+    p.add_argument(
+        "--kernel",
+        default="debian-6.1",
+        help=f"kernel alias ({', '.join(ALIASES)}) or exact version like 6.1.0-57-amd64",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for the whole guest run (boot included)")
     p.add_argument("--memory", default="2G")
     p.add_argument("--cpus", type=int, default=None, help="guest CPUs (default: all host cores)")
     p.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
-    p.add_argument("--rwdir", action="append", default=[], type=Path,
-                   help="extra host directory the guest may write (runs/ and -o DIRs are always shared)")
+    p.add_argument(
+        "--rwdir",
+        action="append",
+        default=[],
+        type=Path,
+        help="extra host directory the guest may write (runs/ and -o DIRs are always shared)",
+    )
     p.add_argument("--bench-lock", action="store_true", help="hold /run/testbed-bench.lock while the guest runs")
     p.add_argument("--no-install", action="store_true", help="fail instead of installing missing tools")
     p.add_argument("--quiet", action="store_true", help="do not print the one-line summary")
@@ -53,23 +62,36 @@ def vm_main(argv: list[str]) -> int:
         if args.setup:
             tools = ensure_guest_tools(install=not args.no_install)
             k = ensure_kernel(args.kernel)
-            print(f"testbed vm: ready: {tools.vng}, {tools.qemu}, kernel {k.version} ({k.package} "
-                  f"{k.package_version}) at {k.image}")
+            print(
+                f"testbed vm: ready: {tools.vng}, {tools.qemu}, kernel {k.version} ({k.package} "
+                f"{k.package_version}) at {k.image}"
+            )
             return 0
         if args.check:
             command = CHECK_COMMAND + command
         if not command:
             print("testbed vm: error: no COMMAND given (use: python3 -m testbed vm -- COMMAND...)", file=sys.stderr)
             return 2
-        res = run_in_guest(command, kernel=args.kernel, rwdirs=[*args.rwdir, *output_dirs(command)],
-                           timeout=args.timeout, memory=args.memory, cpus=args.cpus, accel=args.accel,
-                           install=not args.no_install, bench_lock=args.bench_lock)
+        res = run_in_guest(
+            command,
+            kernel=args.kernel,
+            rwdirs=[*args.rwdir, *output_dirs(command)],
+            timeout=args.timeout,
+            memory=args.memory,
+            cpus=args.cpus,
+            accel=args.accel,
+            install=not args.no_install,
+            bench_lock=args.bench_lock,
+        )
     except VmError as e:
         print(f"testbed vm: error: {e}", file=sys.stderr)
         return e.exit_code
     if not args.quiet:
-        print(f"testbed vm: kernel {res.kernel_version} ({res.kernel_package}), {res.accel} ({res.accel_reason}), "
-              f"boot {res.boot_s:.1f} s, total {res.wall_s:.1f} s, rc {res.rc}", file=sys.stderr)
+        print(
+            f"testbed vm: kernel {res.kernel_version} ({res.kernel_package}), {res.accel} ({res.accel_reason}), "
+            f"boot {res.boot_s:.1f} s, total {res.wall_s:.1f} s, rc {res.rc}",
+            file=sys.stderr,
+        )
     return res.rc
 
 

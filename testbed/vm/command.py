@@ -41,8 +41,18 @@ def build_vng_command(vng: Path, opts: VngOptions, argv: list[str]) -> list[str]
     """The full vng argv. --force-9p: virtiofsd is not packaged in Debian 12, 9p is what works here."""
     if opts.accel not in ("kvm", "tcg"):
         raise ValueError(f"accel must be kvm or tcg, not {opts.accel!r}")
-    cmd = [str(vng), "--run", str(opts.image), "--force-9p", "--memory", opts.memory, "--name", HOSTNAME,
-           "--cwd", str(opts.cwd)]
+    cmd = [
+        str(vng),
+        "--run",
+        str(opts.image),
+        "--force-9p",
+        "--memory",
+        opts.memory,
+        "--name",
+        HOSTNAME,
+        "--cwd",
+        str(opts.cwd),
+    ]
     if opts.accel == "tcg":
         cmd.append("--disable-kvm")
     if opts.cpus is not None:

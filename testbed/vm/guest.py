@@ -120,12 +120,22 @@ class _Collector:
 
 def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> tuple[int, _Collector, float, float]:
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env=env,
+        start_new_session=True,
+    )
     col = _Collector(stream)
     assert proc.stdout is not None and proc.stderr is not None
-    threads = [threading.Thread(target=col.pump, args=(proc.stdout, sys.stdout, True), daemon=True),
-               threading.Thread(target=col.pump, args=(proc.stderr, sys.stderr, False), daemon=True)]
+    threads = [
+        threading.Thread(target=col.pump, args=(proc.stdout, sys.stdout, True), daemon=True),
+        threading.Thread(target=col.pump, args=(proc.stderr, sys.stderr, False), daemon=True),
+    ]
     for t in threads:
         t.start()
     try:
@@ -145,10 +155,20 @@ def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> 
     return rc, col, t0, time.monotonic()
 
 
-def run_in_guest(argv: Sequence[str], kernel: str = "debian-6.1", rwdirs: Sequence[Path | str] = (),
-                 timeout: float = 600.0, memory: str = "2G", cpus: int | None = None, accel: str = "auto",
-                 cwd: Path | str | None = None, stream: bool = True, install: bool = True,
-                 bench_lock: bool = False, cache: Path = DEFAULT_CACHE) -> GuestResult:
+def run_in_guest(
+    argv: Sequence[str],
+    kernel: str = "debian-6.1",
+    rwdirs: Sequence[Path | str] = (),
+    timeout: float = 600.0,
+    memory: str = "2G",
+    cpus: int | None = None,
+    accel: str = "auto",
+    cwd: Path | str | None = None,
+    stream: bool = True,
+    install: bool = True,
+    bench_lock: bool = False,
+    cache: Path = DEFAULT_CACHE,
+) -> GuestResult:
     """Run ``argv`` in the guest kernel; raises VmError (one-line reason) if the guest itself fails.
 
     A command that fails is not an error: its exit code comes back in ``rc``. ``bench_lock`` holds
@@ -169,15 +189,29 @@ def run_in_guest(argv: Sequence[str], kernel: str = "debian-6.1", rwdirs: Sequen
             fcntl.flock(lock, fcntl.LOCK_EX)
         for attempt in (chosen, Accel("tcg", f"KVM failed to boot the guest; {chosen.reason}")):
             env = {"TESTBED_GUEST": "1", "TESTBED_GUEST_KERNEL": image.version, "TESTBED_GUEST_ACCEL": attempt.name}
-            opts = VngOptions(image=image.image, accel=attempt.name, memory=memory, cpus=cpus, cwd=work, rwdirs=rw,
-                              rodirs=((Path("/usr/lib/udev/rules.d"), udev_rules_dir(cache)),), env=env)
+            opts = VngOptions(
+                image=image.image,
+                accel=attempt.name,
+                memory=memory,
+                cpus=cpus,
+                cwd=work,
+                rwdirs=rw,
+                rodirs=((Path("/usr/lib/udev/rules.d"), udev_rules_dir(cache)),),
+                env=env,
+            )
             cmd = build_vng_command(tools.vng, opts, list(argv))
             rc, col, t0, t1 = _boot(cmd, vng_env(tools), timeout, stream)
             if col.ready_at is not None:
-                return GuestResult(rc=rc, output="".join(col.lines), kernel_version=image.version,
-                                   accel=attempt.name, boot_s=col.ready_at - t0, wall_s=t1 - t0,
-                                   accel_reason=attempt.reason,
-                                   kernel_package=f"{image.package} {image.package_version}")
+                return GuestResult(
+                    rc=rc,
+                    output="".join(col.lines),
+                    kernel_version=image.version,
+                    accel=attempt.name,
+                    boot_s=col.ready_at - t0,
+                    wall_s=t1 - t0,
+                    accel_reason=attempt.reason,
+                    kernel_package=f"{image.package} {image.package_version}",
+                )
             if attempt.name == "tcg":
                 break
         tail = [ln.strip() for ln in col.lines if ln.strip()][-1:] or ["(no output)"]

@@ -101,8 +101,10 @@ def extract_vmlinux(bzimage: Path, out: Path) -> bool:
     Own code because no Debian 12 package ships ``extract-vmlinux`` outside a kernel source tree.
     """
     data = bzimage.read_bytes()
-    candidates = [(b"\xfd7zXZ\x00", lambda b: lzma.LZMADecompressor().decompress(b)),
-                  (b"\x1f\x8b\x08", lambda b: zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(b))]
+    candidates = [
+        (b"\xfd7zXZ\x00", lambda b: lzma.LZMADecompressor().decompress(b)),
+        (b"\x1f\x8b\x08", lambda b: zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(b)),
+    ]
     for magic, decompress in candidates:
         start = data.find(magic)
         while start >= 0:
@@ -131,8 +133,14 @@ def _load(cache: Path, version: str, alias: str) -> KernelImage | None:
     image = Path(meta["image"])
     if not image.exists():
         return None
-    return KernelImage(alias=alias, version=meta["version"], package=meta["package"],
-                       package_version=meta["package_version"], root=Path(meta["root"]), image=image)
+    return KernelImage(
+        alias=alias,
+        version=meta["version"],
+        package=meta["package"],
+        package_version=meta["package_version"],
+        root=Path(meta["root"]),
+        image=image,
+    )
 
 
 def cached_kernel(kernel: str, cache: Path = DEFAULT_CACHE) -> KernelImage | None:
@@ -168,8 +176,14 @@ def _fetch(package: str, cache: Path, alias: str) -> KernelImage:
         if not (root / "boot" / vmlinuz.name).exists():
             raise KernelUnavailable(f"{package} holds no boot/{vmlinuz.name}")
         image = vmlinux if extract_vmlinux(root / "boot" / vmlinuz.name, root / "boot" / vmlinux.name) else vmlinuz
-        meta = {"version": version, "package": package, "package_version": pkg_version, "root": str(final),
-                "image": str(image), "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        meta = {
+            "version": version,
+            "package": package,
+            "package_version": pkg_version,
+            "root": str(final),
+            "image": str(image),
+            "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         (root / "kernel.json").write_text(json.dumps(meta, indent=1) + "\n")
         if final.exists():
             shutil.rmtree(final)

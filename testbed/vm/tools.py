@@ -29,8 +29,12 @@ class GuestTools:
 
 
 def _missing_apt(packages: tuple[str, ...]) -> list[str]:
-    res = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\n", *packages],
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\n", *packages],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     installed = {ln.split()[0] for ln in res.stdout.splitlines() if ln.endswith(" installed")}
     return [p for p in packages if p not in installed]
 
@@ -49,12 +53,15 @@ def _apt_install(packages: list[str]) -> None:
 
 def _pip_install_vng(venv: Path) -> None:
     if not (venv / "bin" / "pip").exists():
-        res = subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], capture_output=True, text=True,
-                             check=False)
+        res = subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise GuestToolsMissing(f"cannot create venv {venv} for virtme-ng: {res.stderr.strip()[-200:]}")
-    res = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"virtme-ng=={VNG_VERSION}"],
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", f"virtme-ng=={VNG_VERSION}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if res.returncode != 0:
         tail = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise GuestToolsMissing(f"pip install virtme-ng=={VNG_VERSION} into {venv} failed: {tail}")
