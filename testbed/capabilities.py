@@ -79,8 +79,9 @@ def _probe_netns(results: dict[str, Any]) -> None:
     try:
         _run(["ip", "-n", ns, "link", "add", "pa", "type", "veth", "peer", "name", "pb"])
         for name, args in QDISC_TRIALS.items():
-            parent = ["clsact"] if name == "clsact" else ["root"]
+            parent = [] if name == "clsact" else ["root"]
             cp = _run(["tc", "-n", ns, "qdisc", "add", "dev", "pa", *parent, *args])
+            parent = ["clsact"] if name == "clsact" else parent
             results[f"qdisc.{name}"] = cp.returncode == 0
             _run(["tc", "-n", ns, "qdisc", "del", "dev", "pa", *parent])
         results["ifb"] = _run(["ip", "-n", ns, "link", "add", "ifbprobe", "type", "ifb"]).returncode == 0
@@ -92,11 +93,15 @@ def _probe_netns(results: dict[str, Any]) -> None:
         results["ecmp.hash_seed"] = _run([*sysctl, "net.ipv4.fib_multipath_hash_seed"]).returncode == 0
         nft = shutil.which("nft")
         if nft:
-            script = "table inet tbprobe { chain c { type filter hook postrouting priority 0; numgen random mod 100 < 1 drop; } }"
+            script = (
+                "table inet tbprobe {\n chain c {\n  type filter hook postrouting priority 0; policy accept;\n"
+                "  numgen random mod 100 < 1 counter drop\n }\n}\n"
+            )
             cp = subprocess.run(["ip", "netns", "exec", ns, nft, "-f", "-"], input=script, capture_output=True, text=True)
             results["nftables"] = cp.returncode == 0
         else:
             results["nftables"] = False
+        _probe_ecn(results, ns)
     finally:
         _run(["ip", "netns", "delete", ns])
 
@@ -141,13 +146,18 @@ def probe() -> dict[str, Any]:
     )
     for tool in ("clang", "bpftool", "iperf3", "tcpdump", "tc", "ip", "nft", "ethtool"):
         results[f"tool.{tool}"] = shutil.which(tool) is not None
+    return results
+
+
+def _probe_ecn(results: dict[str, Any], netns: str) -> None:
+    """Which ECN marking and DCTCP implementations this machine will use (testbed.ecn decides)."""
     try:
         from testbed import ecn
-
-        results.update({f"ecn.{k}": v for k, v in ecn.probe(results).items()})
-    except (ImportError, AttributeError):
-        results["ecn.marking"] = "unknown (testbed.ecn not available)"
-    return results
+    except ImportError as exc:
+        results["ecn.marking_auto"] = None
+        results["ecn.error"] = f"testbed.ecn failed to import: {exc}"
+        return
+    results.update({f"ecn.{k}": v for k, v in ecn.probe(netns).items()})
 
 
 def doctor_rows(caps: dict[str, Any]) -> list[tuple[str, str, str, str]]:

@@ -1,0 +1,131 @@
+"""Command line: doctor, clean, cli, run, demo, report, bench, vm."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from testbed.spec import SpecError
+
+DEFAULT_SCENARIO = "scenarios/default.yaml"
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from testbed.capabilities import doctor_rows, probe
+
+    caps = probe()
+    if args.json:
+        print(json.dumps(caps, indent=2, sort_keys=True))
+        return 0
+    rows = doctor_rows(caps)
+    widths = [max(len(r[i]) for r in rows + [("capability", "status", "without it", "how to get it")]) for i in range(4)]
+    print(f"kernel {caps['kernel']} on {caps['machine']}, {caps['cpus']} CPUs" + ("" if caps["root"] else " (not root: namespace trials skipped)"))
+    for row in [("capability", "status", "without it", "how to get it"), *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from testbed.ownership import clean
+
+    done = clean(quiet=False)
+    if not done:
+        print("nothing to clean")
+    return 0
+
+
+def _mn_cli(args: argparse.Namespace) -> int:
+    from testbed.fabric import Fabric
+    from testbed.mininet_compat import import_mininet
+    from testbed.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario)
+    import_mininet()
+    from mininet.cli import CLI
+
+    with Fabric(scenario.fabric) as fab:
+        print(f"fabric {fab.prefix}: {len(fab.hosts)} hosts; namespaces are {fab.prefix}-<node>; type `help` or `exit`")
+        for name, h in fab.hosts.items():
+            print(f"  {name:10s} {h.ip:14s} leaf {h.leaf}")
+        CLI(fab._net)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from testbed.run import run_main
+
+    return run_main(args)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from results.cli import report_main
+
+    return report_main(args.rest)
+
+
+def _vm(args: argparse.Namespace) -> int:
+    from testbed.vm import vm_main
+
+    return vm_main(args.rest)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from bench.main import bench_main
+
+    return bench_main(args.rest)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m testbed", description="AI-cluster fabric emulation testbed")
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("doctor", help="what this machine can do, and what is missing")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(fn=_doctor)
+    c = sub.add_parser("clean", help="remove what crashed runs left (only objects carrying this project's prefix)")
+    c.set_defaults(fn=_clean)
+    m = sub.add_parser("cli", help="build a scenario's fabric and open the Mininet CLI on it")
+    m.add_argument("scenario")
+    m.set_defaults(fn=_mn_cli)
+    for name, helptext in (("run", "run a scenario (every sweep point) and report"), ("demo", "run the default experiment")):
+        r = sub.add_parser(name, help=helptext)
+        if name == "run":
+            r.add_argument("scenario")
+        else:
+            r.set_defaults(scenario=DEFAULT_SCENARIO)
+        r.add_argument("-o", "--out", default="runs", help="parent directory of the run records (default ./runs)")
+        r.add_argument("--no-report", action="store_true", help="do not write the comparison report")
+        r.add_argument("--kernel", default=None, help="run inside a pinned stock kernel, e.g. debian-6.1")
+        r.add_argument("--allow-unfaithful", action="store_true", help="exit 0 even if a run fails a fidelity guardrail")
+        r.set_defaults(fn=_run)
+    for name, fn, helptext in (
+        ("report", _report, "compare run records: table, plots, HTML"),
+        ("vm", _vm, "run a command inside a pinned stock kernel (QEMU)"),
+        ("bench", _bench, "benchmarks: emulation capacity, build time, sampler, collective fidelity"),
+    ):
+        s = sub.add_parser(name, help=helptext, add_help=False)
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(fn=fn)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    fn: Callable[[argparse.Namespace], int] = args.fn
+    try:
+        return fn(args)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; everything this run created was removed", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one line for the user; the traceback with TESTBED_DEBUG=1
+        import os
+
+        if os.environ.get("TESTBED_DEBUG"):
+            raise
+        kind: Any = type(exc).__name__
+        print(f"error ({kind}): {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,187 @@
+"""A scenario file (YAML): the fabric, the workload, how long to run, and the sweep axes.
+
+::
+
+    name: ecn-vs-droptail
+    description: what the experiment shows, in a sentence or two
+    fabric: {...}                  # testbed.fabricspec.FabricSpec
+    workload: [...]                # traffic.specs.parse_workload
+    duration: 10s                  # upper bound for the whole workload (every wait has a timeout)
+    sweep:                         # axes: a dotted key path -> the values it takes; the points are the product
+      fabric.host_link.ecn: [off, {mode: step, k: 30KB}]
+    repeat: 1                      # repetitions of every point
+    seed: 1
+    telemetry: {queue_hz: 1000, link_hz: 100}
+    kernel: native                 # or stock: run inside a pinned stock kernel (testbed vm)
+
+Loading validates everything (unknown keys, impossible values, every sweep point) and builds nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.fabricspec import FabricSpec
+from testbed.spec import SpecError, _float, _int, _sub, check_keys
+from testbed.topology import Topology
+from testbed.units import UnitError, parse_duration
+
+SCENARIO_KEYS = {"name", "description", "fabric", "workload", "duration", "sweep", "repeat", "seed", "telemetry", "kernel"}
+TELEMETRY_KEYS = {"queue_hz", "link_hz", "cpu_hz"}
+
+
+@dataclass(frozen=True)
+class TelemetrySpec:
+    queue_hz: float = 1000.0
+    link_hz: float = 100.0
+    cpu_hz: float = 10.0
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str) -> TelemetrySpec:
+        check_keys(data, TELEMETRY_KEYS, path)
+        return cls(
+            _float(_sub(path, "queue_hz"), data.get("queue_hz", 1000.0), 0.0, 20000.0),
+            _float(_sub(path, "link_hz"), data.get("link_hz", 100.0), 0.0, 2000.0),
+            _float(_sub(path, "cpu_hz"), data.get("cpu_hz", 10.0), 0.0, 100.0),
+        )
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fabric: FabricSpec
+    workload: tuple[Any, ...]
+    raw: dict[str, Any] = field(compare=False)  # the resolved scenario as plain data (for the manifest)
+    description: str = ""
+    duration_s: float = 60.0
+    repeat: int = 1
+    seed: int = 1
+    telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
+    kernel: str = "native"
+    variant: tuple[tuple[str, Any], ...] = ()  # this point's sweep values
+    repeat_index: int = 0
+
+
+@dataclass(frozen=True)
+class ScenarioFile:
+    """A scenario and the points of its sweep (one point, the scenario itself, when there is no sweep)."""
+
+    base: Scenario
+    points: tuple[Scenario, ...]
+    path: Path | None = None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:80]
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node: Any = data
+    for k in keys[:-1]:
+        if not isinstance(node, dict):
+            raise SpecError(f"sweep.{dotted}", f"{k!r} is not a mapping in the scenario")
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+
+
+def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = (), repeat_index: int = 0) -> Scenario:
+    check_keys(data, SCENARIO_KEYS, "", {"name", "fabric"})
+    name = data["name"]
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise SpecError("name", f"must be a short identifier (letters, digits, - _ .), got {name!r}")
+    fabric = FabricSpec.from_dict(data["fabric"], "fabric")
+    topo = Topology(fabric)  # refuses overrides naming links that do not exist
+    from traffic.specs import parse_workload
+
+    workload = parse_workload(data.get("workload", []) or [], "workload")
+    for i, job in enumerate(workload):
+        check_hosts = getattr(job, "hosts_used", None)
+        for host in check_hosts() if callable(check_hosts) else ():
+            if host not in topo.hosts:
+                raise SpecError(f"workload[{i}]", f"host {host!r} is not in this fabric (hosts look like {next(iter(topo.hosts))})")
+    try:
+        duration = parse_duration(data.get("duration", "60s"))
+    except UnitError as exc:
+        raise SpecError("duration", str(exc)) from None
+    kernel = data.get("kernel", "native")
+    if kernel not in ("native", "stock"):
+        raise SpecError("kernel", f"must be native or stock, got {kernel!r}")
+    return Scenario(
+        name=name,
+        fabric=fabric,
+        workload=workload,
+        raw=copy.deepcopy(data),
+        description=str(data.get("description", "")),
+        duration_s=duration,
+        repeat=_int("repeat", data.get("repeat", 1), 1, 1000),
+        seed=_int("seed", data.get("seed", 1), 0, 2**31),
+        telemetry=TelemetrySpec.from_dict(data.get("telemetry", {}) or {}, "telemetry"),
+        kernel=kernel,
+        variant=variant,
+        repeat_index=repeat_index,
+    )
+
+
+def expand(data: dict[str, Any]) -> ScenarioFile:
+    """Validate the scenario and every point of its sweep (times its repetitions)."""
+    data = copy.deepcopy(data)
+    sweep = data.pop("sweep", None) or {}
+    if not isinstance(sweep, dict):
+        raise SpecError("sweep", "expected a mapping of dotted key paths to lists of values")
+    base = build_scenario(data)
+    axes = []
+    for key, values in sweep.items():
+        if not isinstance(values, list) or not values:
+            raise SpecError(f"sweep.{key}", "expected a non-empty list of values")
+        if key.split(".")[0] not in SCENARIO_KEYS - {"sweep", "name"}:
+            raise SpecError(f"sweep.{key}", "a sweep axis must be a key path inside the scenario, e.g. fabric.host_link.buffer")
+        axes.append((key, values))
+    points = []
+    combos = itertools.product(*[[(k, v) for v in vals] for k, vals in axes]) if axes else [()]
+    for combo in combos:
+        point = copy.deepcopy(data)
+        for key, value in combo:
+            _set_path(point, key, copy.deepcopy(value))
+        for r in range(base.repeat):
+            try:
+                points.append(build_scenario(point, tuple(combo), r))
+            except SpecError as exc:
+                where = ", ".join(f"{k}={v}" for k, v in combo)
+                raise SpecError(exc.path, f"{exc.reason} (in sweep point {where})") from None
+    return ScenarioFile(base, tuple(points))
+
+
+def load_scenario_file(path: str | Path) -> ScenarioFile:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise SpecError("", f"scenario file {p} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise SpecError("", f"{p} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError("", f"{p} must hold a mapping (name, fabric, workload, ...)")
+    sf = expand(data)
+    return ScenarioFile(sf.base, sf.points, p)
+
+
+def load_scenario(source: str | Path | dict[str, Any]) -> Scenario:
+    """A scenario without its sweep (the base point), from a YAML path or a dict."""
+    if isinstance(source, dict):
+        return expand(source).base
+    return load_scenario_file(source).base
+
+
+def variant_slug(scenario: Scenario) -> str:
+    parts = [f"{k.split('.')[-1]}={v if not isinstance(v, dict) else '-'.join(str(x) for x in v.values())}" for k, v in scenario.variant]
+    if scenario.repeat > 1:
+        parts.append(f"r{scenario.repeat_index}")
+    return _slug("_".join(parts))

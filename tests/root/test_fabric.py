@@ -1,0 +1,128 @@
+"""Emulation tests of the fabric engine (issue 2 acceptance), as root."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from testbed.fabric import Fabric
+
+pytestmark = pytest.mark.root
+
+SPINE_LEAF = {"spines": 2, "leaves": 4, "hosts_per_leaf": 2}
+
+
+def _fabric(rate: str = "100Mbit", mtu: int = 1500, **extra: object) -> dict:
+    return {**SPINE_LEAF, "host_link": {"rate": rate, "buffer": "300KB", "mtu": mtu}, **extra}
+
+
+def _iperf(fab: Fabric, src: str, dst: str, seconds: float = 4, extra: list[str] | None = None) -> dict:
+    srv = fab.procs.spawn(f"iperf3-s-{dst}", ["iperf3", "-s", "-1"], netns=fab.hosts[dst].netns)
+    time.sleep(0.3)
+    cmd = ["ip", "netns", "exec", fab.hosts[src].netns, "iperf3", "-c", fab.hosts[dst].ip, "-t", str(seconds), "-O", "1", "-J",
+           "-C", "cubic", *(extra or [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 20)
+    srv.wait(10)
+    assert out.returncode == 0, out.stdout[-500:] + out.stderr
+    return json.loads(out.stdout)
+
+
+def test_every_host_pings_every_other(fabric_factory):
+    fab = fabric_factory(_fabric())
+    failures = []
+    for a, ha in fab.hosts.items():
+        for b, hb in fab.hosts.items():
+            if a != b:
+                cp = subprocess.run(["ip", "netns", "exec", ha.netns, "ping", "-c1", "-W2", hb.ip], capture_output=True, text=True)
+                if cp.returncode != 0:
+                    failures.append(f"{a}->{b}")
+    assert not failures, f"no ping reply for {failures}"
+
+
+@pytest.mark.parametrize("rate", ["10Mbit", "100Mbit", "200Mbit"])
+def test_cross_leaf_tcp_reaches_payload_rate(fabric_factory, bench_lock, rate):
+    fab = fabric_factory(_fabric(rate, 1500))
+    result = _iperf(fab, "l1h1", "l4h2")
+    got = result["end"]["sum_received"]["bits_per_second"]
+    payload = fab.spec.host_link.payload_rate_bps
+    assert result["end"]["sender_tcp_congestion"] == "cubic"
+    assert got >= 0.95 * payload, f"{got / 1e6:.2f} Mbit/s < 0.95 x payload rate {payload / 1e6:.2f} Mbit/s at {rate}"
+    assert got <= 1.01 * payload, f"{got / 1e6:.2f} Mbit/s is above the payload rate {payload / 1e6:.2f}: the shaper leaks"
+
+
+def _qdisc(fab: Fabric, node: str, dev: str) -> dict:
+    out = subprocess.run(["tc", "-n", fab.netns(node), "-s", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True, check=True)
+    return next(q for q in json.loads(out.stdout) if q.get("handle") == "10:")
+
+
+def test_bfifo_holds_at_most_its_buffer_and_drops_beyond(fabric_factory, bench_lock):
+    buffer = 60_000
+    fab = fabric_factory({**SPINE_LEAF, "host_link": {"rate": "100Mbit", "buffer": "300KB", "mtu": 1500},
+                          "overrides": [{"port": "l1->l1h1", "buffer": f"{buffer}B"}]})
+    srv = [fab.procs.spawn(f"srv{p}", ["iperf3", "-s", "-p", str(p)], netns=fab.hosts["l1h1"].netns) for p in (5201, 5202)]
+    time.sleep(0.3)
+    clients = [
+        fab.procs.spawn(f"cli{p}", ["iperf3", "-c", fab.hosts["l1h1"].ip, "-p", str(p), "-t", "3", "-C", "cubic"],
+                        netns=fab.hosts[src].netns)
+        for p, src in ((5201, "l2h1"), (5202, "l3h1"))
+    ]
+    peak = 0
+    t_end = time.time() + 3.5
+    while time.time() < t_end:
+        peak = max(peak, _qdisc(fab, "l1", "l1-l1h1")["backlog"])
+        time.sleep(0.01)
+    for c in clients:
+        c.wait(15)
+    q = _qdisc(fab, "l1", "l1-l1h1")
+    assert q["kind"] == "bfifo" and q["options"]["limit"] == buffer
+    assert 0 < peak <= buffer, f"backlog peaked at {peak} bytes with a {buffer}-byte bfifo"
+    assert peak > buffer - 2 * 1514, f"two senders into one port never filled the buffer (peak {peak})"
+    assert q["drops"] > 0, "two 100 Mbit/s senders into one 100 Mbit/s port dropped nothing"
+    for s in srv:
+        s.stop()
+
+
+def _spine_tx(fab: Fabric) -> dict[str, int]:
+    """Bytes each spine sent down to leaf 4."""
+    out = {}
+    for s in ("s1", "s2"):
+        cp = subprocess.run(["ip", "-n", fab.netns(s), "-s", "-j", "link", "show", "dev", f"{s}-l4"], capture_output=True, text=True, check=True)
+        out[s] = json.loads(cp.stdout)[0]["stats64"]["tx"]["bytes"]
+    return out
+
+
+def _flow_spines(fab: Fabric, sports: list[int]) -> tuple[dict[int, str], dict[int, str]]:
+    """(measured, predicted) spine of each TCP flow l1h1:sport -> l4h1:5201, one flow at a time."""
+    srv = fab.procs.spawn("srv", ["iperf3", "-s"], netns=fab.hosts["l4h1"].netns)
+    time.sleep(0.3)
+    measured, predicted = {}, {}
+    for sport in sports:
+        path = fab.predict_path("l1h1", "l4h1", "tcp", sport, 5201)
+        predicted[sport] = path[2]
+        before = _spine_tx(fab)
+        subprocess.run(["ip", "netns", "exec", fab.hosts["l1h1"].netns, "iperf3", "-c", fab.hosts["l4h1"].ip, "-n", "2M",
+                        "--cport", str(sport), "-C", "cubic"], capture_output=True, check=True, timeout=20)
+        after = _spine_tx(fab)
+        delta = {s: after[s] - before[s] for s in after}
+        measured[sport] = max(delta, key=lambda s: delta[s])
+        assert min(delta.values()) < 0.1 * max(delta.values()), f"flow {sport} split across spines? {delta}"
+    srv.stop()
+    return measured, predicted
+
+
+def test_l4_hashing_spreads_flows_and_prediction_matches(fabric_factory):
+    fab = fabric_factory(_fabric("100Mbit", 9000, ecmp={"hash": "l4", "seed": 42}))
+    sports = list(range(40001, 40017))
+    measured, predicted = _flow_spines(fab, sports)
+    assert measured == predicted, f"paths differ from prediction: {[(p, measured[p], predicted[p]) for p in sports if measured[p] != predicted[p]]}"
+    assert set(measured.values()) == {"s1", "s2"}, f"16 flows with L4 hashing used only {set(measured.values())}"
+
+
+def test_l3_hashing_keeps_a_host_pair_on_one_spine(fabric_factory):
+    fab = fabric_factory(_fabric("100Mbit", 9000, ecmp={"hash": "l3"}))
+    measured, predicted = _flow_spines(fab, list(range(40001, 40017)))
+    assert measured == predicted
+    assert len(set(measured.values())) == 1, f"L3 hashing spread one host pair over {set(measured.values())}"
