@@ -22,7 +22,7 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc
 table{border-collapse:collapse;font-size:12px;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:right;white-space:nowrap}th{background:#f1f1f1}td:first-child,td:nth-child(2),td:nth-child(4)
 {text-align:left}.scroll{overflow-x:auto}.bad{background:#fde2e2}.na{color:#999}
-figure{display:inline-block;margin:8px;vertical-align:top}figure img{max-width:600px;border:1px solid #ddd}
+figure{display:inline-block;margin:8px;vertical-align:top}figure img{max-width:560px;border:1px solid #ddd}
 pre{background:#f7f7f7;padding:8px;font-size:12px;overflow-x:auto;max-height:420px}
 .reading{background:#eef5ff;padding:10px 14px;border-left:4px solid #1f77b4}.notes{font-size:12px;color:#555}
 """
