@@ -28,6 +28,13 @@ time.sleep(300)
 """
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # the process ended meanwhile
+        return b""
+
+
 def _procs_in_other_netns() -> list[int]:
     root = os.readlink("/proc/self/ns/net")
     out = []
@@ -56,7 +63,7 @@ def test_sigkilled_run_is_cleaned_by_prefix_and_state():
     assert cp.returncode == 0, cp.stderr
     assert not [ns for ns in list_netns() if ns.startswith(prefix + "-")], cp.stdout
     time.sleep(0.2)
-    leftover = [pid for pid in _procs_in_other_netns() if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00300\x00"]
+    leftover = [pid for pid in _procs_in_other_netns() if _cmdline(pid) == b"sleep\x00300\x00"]
     assert not leftover, f"the killed run's process survived clean: {leftover}"
     assert Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text() == allowed
     assert not Path(f"/run/testbed/{prefix}.json").exists()
