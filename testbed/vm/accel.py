@@ -30,10 +30,10 @@ def _key(qemu: Path) -> str:
     return f"{platform.release()}|{qemu}|{st.st_size}|{int(st.st_mtime)}"
 
 
-def probe_kvm(qemu: Path) -> Accel:
+def probe_kvm(qemu: Path, kvm_dev: str = "/dev/kvm") -> Accel:
     """Try KVM for real (no cache)."""
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return Accel("tcg", "no usable /dev/kvm")
+    if not os.access(kvm_dev, os.R_OK | os.W_OK):
+        return Accel("tcg", f"no usable {kvm_dev}")
     cmd = [str(qemu), "-accel", "kvm", "-cpu", "host", "-display", "none", "-nodefaults", "-no-reboot", "-m", "64M"]
     proc = subprocess.Popen(
         cmd,

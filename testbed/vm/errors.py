@@ -21,3 +21,7 @@ class GuestTimeout(VmError):
     """The guest did not finish in time; its QEMU process group was killed."""
 
     exit_code = 124
+
+    def __init__(self, message: str, sid: int = 0) -> None:
+        super().__init__(message)
+        self.sid = sid  # the session id of the killed vng/QEMU processes (for checks that none is left)

@@ -60,7 +60,7 @@ def udev_rules_dir(cache: Path = DEFAULT_CACHE) -> Path:
     return d
 
 
-def _session_pids(sid: int) -> list[int]:
+def session_pids(sid: int) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -78,18 +78,18 @@ def _session_pids(sid: int) -> list[int]:
 def kill_session(proc: subprocess.Popen[str]) -> None:
     """TERM then KILL every process in the guest's session (vng, virtme-run, QEMU), then reap."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in _session_pids(proc.pid):
+        for pid in session_pids(proc.pid):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + KILL_GRACE_S
-        while _session_pids(proc.pid) and time.monotonic() < deadline:
+        while session_pids(proc.pid) and time.monotonic() < deadline:
             try:
                 proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
                 pass
-        if not _session_pids(proc.pid):
+        if not session_pids(proc.pid):
             break
     try:
         proc.wait(timeout=KILL_GRACE_S)
@@ -143,12 +143,12 @@ def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> 
     except subprocess.TimeoutExpired:
         kill_session(proc)
         stage = "the command had started" if col.ready_at else "the guest had not finished booting"
-        raise GuestTimeout(f"guest timed out after {timeout:g} s (QEMU killed); {stage}") from None
+        raise GuestTimeout(f"guest timed out after {timeout:g} s (QEMU killed); {stage}", sid=proc.pid) from None
     except BaseException:
         kill_session(proc)
         raise
     finally:
-        if proc.returncode is None or _session_pids(proc.pid):
+        if proc.returncode is None or session_pids(proc.pid):
             kill_session(proc)
     for t in threads:
         t.join(timeout=5)

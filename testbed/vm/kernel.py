@@ -27,8 +27,8 @@ from testbed.vm.errors import KernelUnavailable
 DEFAULT_CACHE = Path(os.environ.get("TESTBED_KERNEL_CACHE", "/var/lib/testbed/kernels"))
 # alias -> the apt meta package whose dependency names the concrete kernel
 ALIASES: dict[str, str] = {"debian-6.1": "linux-image-amd64"}
-VERSION_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-[a-z0-9]+$")  # e.g. 6.1.0-57-amd64
-IMAGE_PKG_RE = re.compile(r"^linux-image-(\d+\.\d+\.\d+-\d+-[a-z0-9]+)$")
+VERSION_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9-]*$")  # e.g. 6.1.0-57-amd64
+IMAGE_PKG_RE = re.compile(r"^linux-image-(\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9-]*)$")
 
 
 @dataclass(frozen=True)
