@@ -66,7 +66,7 @@ class CpuSampler:
         if prev is None:
             return []
         fr = busy_fractions(prev, cur)
-        order = ["all"] + sorted((k for k in fr if k != "all"), key=int)
+        order = ["all", *sorted((k for k in fr if k != "all"), key=int)]
         return [(t, k, round(fr[k], 4)) for k in order if k in fr]
 
 

@@ -60,7 +60,7 @@ def run_in_netns(name: str | None, fn: Callable[[], T], timeout: float = 10.0) -
             return
         try:
             result.append(fn())
-        except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+        except BaseException as exc:
             error.append(exc)
 
     try:

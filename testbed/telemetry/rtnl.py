@@ -222,29 +222,30 @@ class RtnlSocket:
         return cls(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE))
 
     def dump(self, msg_type: int) -> bytes:
-        """Send one dump request and return every reply byte up to (not including) NLMSG_DONE."""
-        self.seq = (self.seq + 1) & 0xFFFFFFFF
-        self.sock.send(dump_request(msg_type, self.seq))
+        """Send one dump request and return every reply byte up to (not including) NLMSG_DONE.
+
+        Each dump costs three syscalls here: the kernel sends NLMSG_DONE as its own datagram after the data. The
+        end is found from the last 20 bytes of a datagram (NLMSG_DONE with our seq and port id), or an
+        NLMSG_ERROR reply, so the messages are not walked here.
+        """
+        self.seq = seq = (self.seq + 1) & 0xFFFFFFFF
+        self.sock.send(dump_request(msg_type, seq))
         chunks: list[bytes] = []
         view = self._view
         while True:
             n = self.sock.recv_into(self._buf)
-            pos, done = 0, False
-            while pos + 16 <= n:
-                length, mtype = _NLMSGHDR.unpack_from(view, pos)[:2]
-                if mtype == NLMSG_DONE:
-                    done = True
+            if n < 16:
+                raise NetlinkError(f"short netlink datagram ({n} bytes)")
+            if n >= 20:
+                length, mtype, _fl, mseq, _pid = _NLMSGHDR.unpack_from(view, n - 20)
+                if mtype == NLMSG_DONE and length == 20 and mseq == seq:
+                    if n > 20:
+                        chunks.append(bytes(view[: n - 20]))
                     break
-                if mtype == NLMSG_ERROR:  # keep it: the parser raises NetlinkError with its errno
-                    pos += (length + 3) & ~3
-                    done = True
-                    break
-                if length < 16:
-                    raise NetlinkError(f"bad netlink message length {length}")
-                pos += (length + 3) & ~3
-            chunks.append(bytes(view[:pos]))
-            if done:
-                return b"".join(chunks) if len(chunks) > 1 else chunks[0]
+            chunks.append(bytes(view[:n]))
+            if _NLMSGHDR.unpack_from(view, 0)[1] == NLMSG_ERROR:  # the parser raises it with its errno
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"" for an empty dump
 
     def close(self) -> None:
         self.sock.close()

@@ -31,13 +31,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.telemetry.cpu import CPU_HEADER, CpuSampler
+from testbed.telemetry.fastpath import Counters, QdiscReader
+from testbed.telemetry.gaps import GapStats
 from testbed.telemetry.netns import run_in_netns
 from testbed.telemetry.ports import PortRef, SamplerConfig, node_of
 from testbed.telemetry.rtnl import (
     RTM_GETLINK,
     RTM_GETQDISC,
     RTM_GETSTATS,
-    QdiscStats,
     RtnlSocket,
     parse_handle,
     parse_link_names,
@@ -70,38 +71,6 @@ class SamplerError(RuntimeError):
 
 
 @dataclass
-class GapStats:
-    """Running mean/stddev (Welford) of the gap between consecutive samples, in seconds."""
-
-    last: float = -1.0
-    n: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
-    max: float = 0.0
-
-    def add(self, t: float) -> None:
-        if self.last >= 0:
-            g = t - self.last
-            self.n += 1
-            d = g - self.mean
-            self.mean += d / self.n
-            self.m2 += d * (g - self.mean)
-            self.max = max(self.max, g)
-        self.last = t
-
-    def summary(self) -> dict[str, float]:
-        std = math.sqrt(self.m2 / (self.n - 1)) if self.n > 1 else 0.0
-        return {
-            "samples": self.n + (1 if self.last >= 0 else 0),
-            "rate_hz": round(1 / self.mean, 1) if self.mean else 0.0,
-            "gap_mean_ms": round(self.mean * 1e3, 4),
-            "gap_std_ms": round(std * 1e3, 4),
-            "jitter": round(std / self.mean, 4) if self.mean else 0.0,
-            "gap_max_ms": round(self.max * 1e3, 3),
-        }
-
-
-@dataclass
 class _Port:
     ref: PortRef
     leaf_key: tuple[int, int]
@@ -121,6 +90,7 @@ class NsPoller:
     names: dict[int, str]
     node: str
     wanted: set[tuple[int, int]] = field(default_factory=set)
+    reader: QdiscReader = field(default_factory=lambda: QdiscReader(set()))
     gaps: GapStats = field(default_factory=GapStats)
     link_last: dict[int, tuple[tuple[int, ...], float]] = field(default_factory=dict)
 
@@ -128,7 +98,7 @@ class NsPoller:
         """One RTM_GETQDISC dump -> (epoch time, [(port, row values without t or None if its qdisc is gone)])."""
         buf = self.sock.dump(RTM_GETQDISC)
         t = time.time()
-        stats = parse_qdisc_dump(buf, self.wanted)
+        stats = self.reader.read(buf)
         return t, [
             (p, queue_values(stats.get(p.leaf_key), stats.get(p.root_key) if p.root_key else None)) for p in self.ports
         ]
@@ -143,21 +113,17 @@ class NsPoller:
         return t, out
 
 
-def queue_values(leaf: QdiscStats | None, root: QdiscStats | None) -> tuple[Any, ...] | None:
-    """(backlog_bytes, backlog_pkts, drops, marks, overlimits, tx_bytes, tx_pkts, requeues); marks "" if unknown."""
+def queue_values(leaf: Counters | None, root: Counters | None) -> tuple[Any, ...] | None:
+    """(backlog_bytes, backlog_pkts, drops, marks, overlimits, tx_bytes, tx_pkts, requeues); marks "" if unknown.
+
+    Backlog, drops and marks from the leaf qdisc; overlimits, tx and requeues from the root (the port's htb).
+    """
     if leaf is None:
         return None
     top = root or leaf
-    return (
-        leaf.backlog,
-        leaf.qlen,
-        leaf.drops,
-        "" if leaf.marks is None else leaf.marks,
-        top.overlimits,
-        top.bytes,
-        top.packets,
-        top.requeues,
-    )
+    nbytes, npkts, _ql, _bl, _dr, requeues, overlimits, _mk = top
+    marks = leaf[7]
+    return (leaf[3], leaf[2], leaf[4], "" if marks is None else marks, overlimits, nbytes, npkts, requeues)
 
 
 def open_pollers(ports: list[PortRef], links_netns: list[str] | None = None) -> list[NsPoller]:
@@ -185,6 +151,7 @@ def open_pollers(ports: list[PortRef], links_netns: list[str] | None = None) -> 
                 poller.wanted.add(port.leaf_key)
                 if port.root_key:
                     poller.wanted.add(port.root_key)
+            poller.reader = QdiscReader(poller.wanted)
             found = parse_qdisc_dump(sock.dump(RTM_GETQDISC), poller.wanted)
             for port in poller.ports:
                 for key, what in ((port.leaf_key, port.ref.leaf), (port.root_key, port.ref.root)):
@@ -243,6 +210,7 @@ class Sampler:
         self.cpu = _Csv(self.out / "cpu.csv", CPU_HEADER) if cfg.cpu_hz > 0 else None
         self.errors: list[str] = []
         self.late = 0
+        self.scheduling = "SCHED_OTHER"
         self.t0 = self.t_end = 0.0
 
     def _queues(self, final: bool = False) -> None:
@@ -332,6 +300,8 @@ class Sampler:
             "jitter_max": max(jit) if jit else 0.0,
             "cpu_share": round(cpu_s / wall, 4) if wall > 0 else 0.0,  # of one core
             "late_ticks": self.late,
+            "scheduling": self.scheduling,
+            "jitter_definition": "stddev/mean of the gap between consecutive dumps of a namespace",
             "queues": len(self.cfg.ports),
             "namespaces": len(per_ns),
             "per_netns": per_ns,
@@ -376,7 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     if cfg.rt_priority:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.rt_priority))
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.rt_priority))
+            sampler.scheduling = f"SCHED_FIFO {cfg.rt_priority}"
+        except OSError as exc:  # recorded in the health file; the measured jitter shows the consequence
+            sampler.scheduling = f"SCHED_OTHER (SCHED_FIFO {cfg.rt_priority} refused: {exc.strerror})"
     try:
         (args.out / "sampler.ready").write_text(f"{os.getpid()}\n")
         print("READY", flush=True)
@@ -390,6 +364,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except Exception as exc:  # noqa: BLE001 (a clear one-line error for the harness, exit 2)
+    except Exception as exc:
         print(f"sampler: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(2)
