@@ -20,8 +20,24 @@ QDISC_TRIALS: dict[str, list[str]] = {
     "tbf": ["tbf", "rate", "1mbit", "burst", "10kb", "latency", "10ms"],
     "bfifo": ["bfifo", "limit", "100000"],
     "pfifo": ["pfifo", "limit", "100"],
-    "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1500", "burst", "21", "probability",
-            "0.1", "bandwidth", "100mbit", "ecn"],
+    "red": [
+        "red",
+        "limit",
+        "400000",
+        "min",
+        "30000",
+        "max",
+        "90000",
+        "avpkt",
+        "1500",
+        "burst",
+        "21",
+        "probability",
+        "0.1",
+        "bandwidth",
+        "100mbit",
+        "ecn",
+    ],
     "netem": ["netem", "delay", "1ms"],
     "fq_codel": ["fq_codel"],
     "clsact": ["clsact"],
@@ -39,30 +55,55 @@ class Need:
 NEEDS = [
     Need("qdisc.htb", "HTB qdisc", "rate shaping (nothing can run)", "any stock Debian/Ubuntu kernel has sch_htb"),
     Need("qdisc.bfifo", "bfifo/pfifo qdiscs", "buffer depth (nothing can run)", "stock kernels have them"),
-    Need("qdisc.red", "sch_red (RED with ECN)", "kernel ECN marking: the eBPF marker is used instead",
-         "stock kernel (linux-image-amd64), or `python3 -m testbed vm`"),
-    Need("qdisc.netem", "sch_netem", "link delay: scenarios with `delay` fail or skip",
-         "stock kernel, or `python3 -m testbed vm`"),
+    Need(
+        "qdisc.red",
+        "sch_red (RED with ECN)",
+        "kernel ECN marking: the eBPF marker is used instead",
+        "stock kernel (linux-image-amd64), or `python3 -m testbed vm`",
+    ),
+    Need(
+        "qdisc.netem",
+        "sch_netem",
+        "link delay: scenarios with `delay` fail or skip",
+        "stock kernel, or `python3 -m testbed vm`",
+    ),
     Need("qdisc.fq_codel", "sch_fq_codel", "nothing here (informational)", "stock kernel"),
     Need("qdisc.clsact", "clsact qdisc", "the eBPF ECN marker", "stock kernels have it"),
     Need("ifb", "ifb devices", "link delay (netem on the receiving side)", "stock kernels have it"),
     Need("cc.cubic", "TCP cubic", "cubic flows", "stock kernels have tcp_cubic"),
-    Need("cc.dctcp", "TCP DCTCP (kernel module)", "kernel DCTCP: the BPF struct_ops DCTCP is used instead",
-         "stock kernel (modprobe tcp_dctcp), or `python3 -m testbed vm`"),
-    Need("ecmp.hash_policy_3", "ECMP hash policy 3 with hash fields", "deterministic ECMP hashing",
-         "Linux 5.12 or newer"),
-    Need("ecmp.hash_seed", "fib_multipath_hash_seed sysctl", "ecmp.seed (hash seed must be left unset)",
-         "Linux 6.11 or newer"),
+    Need(
+        "cc.dctcp",
+        "TCP DCTCP (kernel module)",
+        "kernel DCTCP: the BPF struct_ops DCTCP is used instead",
+        "stock kernel (modprobe tcp_dctcp), or `python3 -m testbed vm`",
+    ),
+    Need(
+        "ecmp.hash_policy_3", "ECMP hash policy 3 with hash fields", "deterministic ECMP hashing", "Linux 5.12 or newer"
+    ),
+    Need(
+        "ecmp.hash_seed",
+        "fib_multipath_hash_seed sysctl",
+        "ecmp.seed (hash seed must be left unset)",
+        "Linux 6.11 or newer",
+    ),
     Need("nftables", "nftables (numgen random)", "random loss (`loss`) on links", "apt install nftables"),
     Need("tool.clang", "clang", "building the eBPF marker and BPF DCTCP", "apt install clang llvm"),
     Need("tool.bpftool", "bpftool", "loading BPF DCTCP (struct_ops)", "apt install bpftool"),
     Need("btf", "kernel BTF (/sys/kernel/btf/vmlinux)", "the eBPF programs (CO-RE)", "stock kernels ship it"),
-    Need("ovs", "Open vSwitch kernel datapath", "nothing (the fabric is routed L3; informational)",
-         "apt install openvswitch-switch on a stock kernel"),
+    Need(
+        "ovs",
+        "Open vSwitch kernel datapath",
+        "nothing (the fabric is routed L3; informational)",
+        "apt install openvswitch-switch on a stock kernel",
+    ),
     Need("tool.iperf3", "iperf3", "iperf3 background load", "apt install iperf3"),
     Need("tool.tcpdump", "tcpdump", "packet captures", "apt install tcpdump"),
-    Need("mininet", "Mininet (Python module + mnexec)", "building fabrics (nothing can run)",
-         "apt install mininet (Debian's, for /usr/bin/python3)"),
+    Need(
+        "mininet",
+        "Mininet (Python module + mnexec)",
+        "building fabrics (nothing can run)",
+        "apt install mininet (Debian's, for /usr/bin/python3)",
+    ),
 ]
 
 
@@ -87,7 +128,8 @@ def _probe_netns(results: dict[str, Any]) -> None:
         results["ifb"] = _run(["ip", "-n", ns, "link", "add", "ifbprobe", "type", "ifb"]).returncode == 0
         sysctl = ["ip", "netns", "exec", ns, "sysctl", "-n"]
         results["ecmp.hash_policy_3"] = (
-            _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.fib_multipath_hash_policy=3"]).returncode == 0
+            _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.fib_multipath_hash_policy=3"]).returncode
+            == 0
             and _run([*sysctl, "net.ipv4.fib_multipath_hash_fields"]).returncode == 0
         )
         results["ecmp.hash_seed"] = _run([*sysctl, "net.ipv4.fib_multipath_hash_seed"]).returncode == 0
@@ -97,7 +139,9 @@ def _probe_netns(results: dict[str, Any]) -> None:
                 "table inet tbprobe {\n chain c {\n  type filter hook postrouting priority 0; policy accept;\n"
                 "  numgen random mod 100 < 1 counter drop\n }\n}\n"
             )
-            cp = subprocess.run(["ip", "netns", "exec", ns, nft, "-f", "-"], input=script, capture_output=True, text=True)
+            cp = subprocess.run(
+                ["ip", "netns", "exec", ns, nft, "-f", "-"], input=script, capture_output=True, text=True
+            )
             results["nftables"] = cp.returncode == 0
         else:
             results["nftables"] = False
@@ -115,7 +159,9 @@ def _cc(results: dict[str, Any]) -> None:
         if cc in avail:
             results[f"cc.{cc}"] = True
         else:  # a loadable module counts: `modprobe -n` checks without loading
-            results[f"cc.{cc}"] = shutil.which("modprobe") is not None and _run(["modprobe", "-n", f"tcp_{cc}"]).returncode == 0
+            results[f"cc.{cc}"] = (
+                shutil.which("modprobe") is not None and _run(["modprobe", "-n", f"tcp_{cc}"]).returncode == 0
+            )
 
 
 def _mininet(results: dict[str, Any]) -> None:
@@ -154,10 +200,9 @@ def _probe_ecn(results: dict[str, Any], netns: str) -> None:
     try:
         from testbed import ecn
     except ImportError as exc:
-        results["ecn.marking_auto"] = None
-        results["ecn.error"] = f"testbed.ecn failed to import: {exc}"
+        results["ecn"] = {"marking_auto": None, "error": f"testbed.ecn failed to import: {exc}"}
         return
-    results.update({f"ecn.{k}": v for k, v in ecn.probe(netns).items()})
+    results["ecn"] = ecn.probe(netns)
 
 
 def doctor_rows(caps: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -167,8 +212,13 @@ def doctor_rows(caps: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ok = caps.get(need.key)
         status = "yes" if ok else ("unknown" if ok is None else "MISSING")
         rows.append((need.what, status, "" if ok else need.disables, "" if ok else need.get))
-    for key in sorted(k for k in caps if k.startswith("ecn.")):
-        rows.append((key, str(caps[key]), "", ""))
+    ecn = caps.get("ecn") or {}
+    rows.append(
+        ("ECN marking implementation (auto)", str(ecn.get("marking_auto")), ecn.get("sch_red_reason") or "", "")
+    )
+    rows.append(("DCTCP implementation", str(ecn.get("dctcp")), ecn.get("dctcp_reason") or "", ""))
+    if ecn.get("error"):
+        rows.append(("testbed.ecn", "MISSING", ecn["error"], "see the error"))
     return rows
 
 

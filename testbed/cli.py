@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from testbed.spec import SpecError
 
@@ -20,8 +21,13 @@ def _doctor(args: argparse.Namespace) -> int:
         print(json.dumps(caps, indent=2, sort_keys=True))
         return 0
     rows = doctor_rows(caps)
-    widths = [max(len(r[i]) for r in rows + [("capability", "status", "without it", "how to get it")]) for i in range(4)]
-    print(f"kernel {caps['kernel']} on {caps['machine']}, {caps['cpus']} CPUs" + ("" if caps["root"] else " (not root: namespace trials skipped)"))
+    widths = [
+        max(len(r[i]) for r in rows + [("capability", "status", "without it", "how to get it")]) for i in range(4)
+    ]
+    print(
+        f"kernel {caps['kernel']} on {caps['machine']}, {caps['cpus']} CPUs"
+        + ("" if caps["root"] else " (not root: namespace trials skipped)")
+    )
     for row in [("capability", "status", "without it", "how to get it"), *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return 0
@@ -88,7 +94,10 @@ def parser() -> argparse.ArgumentParser:
     m = sub.add_parser("cli", help="build a scenario's fabric and open the Mininet CLI on it")
     m.add_argument("scenario")
     m.set_defaults(fn=_mn_cli)
-    for name, helptext in (("run", "run a scenario (every sweep point) and report"), ("demo", "run the default experiment")):
+    for name, helptext in (
+        ("run", "run a scenario (every sweep point) and report"),
+        ("demo", "run the default experiment"),
+    ):
         r = sub.add_parser(name, help=helptext)
         if name == "run":
             r.add_argument("scenario")
@@ -97,7 +106,9 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument("-o", "--out", default="runs", help="parent directory of the run records (default ./runs)")
         r.add_argument("--no-report", action="store_true", help="do not write the comparison report")
         r.add_argument("--kernel", default=None, help="run inside a pinned stock kernel, e.g. debian-6.1")
-        r.add_argument("--allow-unfaithful", action="store_true", help="exit 0 even if a run fails a fidelity guardrail")
+        r.add_argument(
+            "--allow-unfaithful", action="store_true", help="exit 0 even if a run fails a fidelity guardrail"
+        )
         r.set_defaults(fn=_run)
     for name, fn, helptext in (
         ("report", _report, "compare run records: table, plots, HTML"),

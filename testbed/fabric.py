@@ -15,9 +15,10 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from testbed import tc
 from testbed.capabilities import CapabilityError, probe, require
@@ -26,7 +27,7 @@ from testbed.mininet_compat import import_mininet
 from testbed.ownership import RunLock, RunState, delete_netns
 from testbed.procs import ProcessGroup, run_checked
 from testbed.routing import predict_path, route_commands, router_sysctls
-from testbed.sysctls import RootSysctls, allow_congestion_controls, set_in_netns
+from testbed.sysctls import RootSysctls, read_root, set_in_netns
 from testbed.topology import HostInfo, Port, Topology
 
 log = logging.getLogger(__name__)
@@ -72,12 +73,19 @@ def check_spec(spec: FabricSpec, caps: dict[str, Any]) -> Topology:
 class Fabric:
     """A built fabric. Use as a context manager::
 
-        with Fabric(spec) as fab:
-            fab.hosts["l1h1"].netns
+    with Fabric(spec) as fab:
+        fab.hosts["l1h1"].netns
     """
 
-    def __init__(self, spec: FabricSpec, caps: dict[str, Any] | None = None, lock_wait: float = 0.0):
+    def __init__(
+        self,
+        spec: FabricSpec,
+        caps: dict[str, Any] | None = None,
+        lock_wait: float = 0.0,
+        extra_cc: frozenset[str] = frozenset(),
+    ):
         self.spec = spec
+        self.extra_cc = extra_cc  # congestion controls that jobs set per socket, beyond the hosts' default
         self.caps = caps if caps is not None else probe()
         self.topo = check_spec(spec, self.caps)
         self.lock_wait = lock_wait
@@ -178,10 +186,12 @@ class Fabric:
             if node.is_router:
                 set_in_netns(ns, rsys)
             else:
-                set_in_netns(ns, {**HOST_SYSCTLS, "net.ipv4.tcp_ecn": "1" if spec.transport.ecn else "0"})
+                set_in_netns(ns, HOST_SYSCTLS)
                 self._set_host_cc(ns)
             for p in ports:  # GRO would glue forwarded packets into super-packets in the next queue
-                run_checked(["ip", "netns", "exec", ns, "ethtool", "-K", p.dev, "gro", "off", "tso", "off", "gso", "off"])
+                run_checked(
+                    ["ip", "netns", "exec", ns, "ethtool", "-K", p.dev, "gro", "off", "tso", "off", "gso", "off"]
+                )
             tc_lines = [line for p in ports for line in tc.port_tc_lines(p, leaf)]
             if tc_lines:
                 run_checked(["tc", "-n", ns, "-batch", "-"], input="\n".join(tc_lines) + "\n")
@@ -225,25 +235,38 @@ class Fabric:
         if not bpf_ports:
             return
         from testbed import ecn
+        from testbed.ecn.build import DEFAULT_OUT
 
         assert self.state is not None
-        self._markers = ecn.MarkerSet(self.prefix, state=self.state)
+        self._markers = ecn.MarkerSet(self.prefix, DEFAULT_OUT)
+        self.state.add("bpf_pins", str(self._markers.root))
         for p in bpf_ports:
             self._markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link)
 
     def _prepare_transport(self) -> None:
-        cc = self.spec.transport.cc
-        assert self._root is not None
-        if cc == "dctcp":
-            from testbed import ecn
+        """Make the hosts' congestion control usable (kernel module, or BPF struct_ops DCTCP), recorded for clean."""
+        from testbed import ecn
+        from testbed.ecn.build import DEFAULT_OUT
 
-            self._cc = ecn.CongestionControl(self.prefix, state=self.state, root=self._root)
-            self.marking["dctcp"] = self._cc.prepare({cc}).get(cc)
-        else:
-            allow_congestion_controls(self._root, {cc})
+        assert self.state is not None and self._root is not None
+        key = "net.ipv4.tcp_allowed_congestion_control"
+        self.state.add("sysctls", {"key": key, "original": read_root(key)})
+        self._cc = ecn.CongestionControl(self.prefix, DEFAULT_OUT)
+        wanted = {self.spec.transport.cc, *self.extra_cc}
+        self.marking["cc"] = self._cc.prepare(wanted)
+        sid = getattr(self._cc, "_struct_ops_id", None)
+        if sid is not None:
+            self.state.add("struct_ops", f"id {sid}")
+
+    def cc_name(self, cc: str) -> str:
+        """The kernel's name for ``cc`` in this run (the BPF DCTCP registers under a per-run name)."""
+        if self._cc is None:
+            raise RuntimeError("the fabric is not built")
+        return str(self._cc.kernel_name(cc))
 
     def _set_host_cc(self, ns: str) -> None:
-        set_in_netns(ns, {"net.ipv4.tcp_congestion_control": self.spec.transport.cc})
+        assert self._cc is not None
+        self._cc.set_namespace_default(ns, self.spec.transport.cc, self.spec.transport.ecn)
 
     # --- teardown ----------------------------------------------------------------------------------------------
     def teardown(self) -> None:
@@ -261,10 +284,10 @@ class Fabric:
             self._markers = None
         if self._net is not None:
             net, self._net = self._net, None
-            step("stop Mininet nodes", lambda: [h.terminate() for h in net.hosts])
+            step("stop Mininet nodes", lambda: _terminate_all(net.hosts))
         if self.state is not None:
             for ns in reversed(self.state.namespaces):
-                step(f"delete netns {ns}", lambda ns=ns: delete_netns(ns))
+                step(f"delete netns {ns}", _bind(delete_netns, ns))
         if self._cc is not None:
             step("restore congestion control", self._cc.close)
             self._cc = None
@@ -291,3 +314,12 @@ class Fabric:
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
+
+
+def _terminate_all(nodes: list[Any]) -> None:
+    for node in nodes:
+        node.terminate()
+
+
+def _bind(fn: Callable[[str], None], arg: str) -> Callable[[], None]:
+    return lambda: fn(arg)

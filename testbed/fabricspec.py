@@ -135,7 +135,10 @@ class FabricSpec:
         if ratio is not None:
             over = parse_ratio(ratio, _sub(path, "oversubscription"))
             if topo == "fat-tree":
-                raise SpecError(_sub(path, "oversubscription"), "a fat-tree is non-blocking by construction; set fabric_link.rate instead")
+                raise SpecError(
+                    _sub(path, "oversubscription"),
+                    "a fat-tree is non-blocking by construction; set fabric_link.rate instead",
+                )
             derived = Fraction(spec.hosts_per_leaf * host.rate_bps) / (spec.spines * over)
             if "rate" in fab_data:
                 given = LinkSpec.from_dict({"rate": fab_data["rate"]}, _sub(path, "fabric_link")).rate_bps
@@ -148,7 +151,9 @@ class FabricSpec:
             fab_data["rate"] = int(round(derived))
         fabric = LinkSpec.from_dict(fab_data, _sub(path, "fabric_link"), base=host)
 
-        overrides = tuple(_parse_override(o, f"{path}.overrides[{i}]") for i, o in enumerate(data.get("overrides", []) or []))
+        overrides = tuple(
+            _parse_override(o, f"{path}.overrides[{i}]") for i, o in enumerate(data.get("overrides", []) or [])
+        )
         spec = replace(
             spec,
             host_link=host,
@@ -179,7 +184,9 @@ def parse_ratio(value: Any, path: str) -> Fraction:
     else:
         raise SpecError(path, f"{value!r} is not a ratio like '3:1'")
     if ratio < 1:
-        raise SpecError(path, f"oversubscription below 1:1 ({value}) means uplinks faster than hosts can use; give fabric_link.rate")
+        raise SpecError(
+            path, f"oversubscription below 1:1 ({value}) means uplinks faster than hosts can use; give fabric_link.rate"
+        )
     return ratio
 
 

@@ -35,8 +35,8 @@ def import_mininet() -> types.ModuleType:
         sys.modules.setdefault("distutils", shim)
         sys.modules.setdefault("distutils.version", version)
     try:
-        import mininet.net  # noqa: F401
-        import mininet.node  # noqa: F401
+        import mininet.net
+        import mininet.node
     except ImportError as exc:
         raise ImportError(
             f"Mininet is not importable from {sys.executable} ({exc}); install Debian's package: apt install mininet, "

@@ -41,7 +41,7 @@ class RunState:
     pids: list[int] = field(default_factory=list)
     sysctls: list[dict[str, str]] = field(default_factory=list)  # {"key", "original"} in the root namespace
     bpf_pins: list[str] = field(default_factory=list)
-    struct_ops: list[str] = field(default_factory=list)  # bpftool struct_ops names/ids to unregister
+    struct_ops: list[str] = field(default_factory=list)  # "id N" of struct_ops maps to unregister
 
     @property
     def path(self) -> Path:
@@ -163,7 +163,7 @@ def undo(state: RunState, log: list[str]) -> None:
             delete_netns(ns)
             log.append(f"deleted netns {ns}")
     for so in reversed(state.struct_ops):
-        cp = subprocess.run(["bpftool", "struct_ops", "unregister", "name", so], capture_output=True, text=True)
+        cp = subprocess.run(["bpftool", "struct_ops", "unregister", *so.split()], capture_output=True, text=True)
         if cp.returncode == 0:
             log.append(f"unregistered struct_ops {so}")
     for pin in reversed(state.bpf_pins):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from testbed.spec import EcmpSpec
 
@@ -88,7 +89,9 @@ def router_sysctls(ecmp: EcmpSpec, has_seed_sysctl: bool) -> dict[str, str]:
 Runner = Callable[[list[str]], str]
 
 
-def _ip_route_get(netns: str, dst: str, src: str, iif: str | None, proto: str, sport: int, dport: int) -> dict[str, str]:
+def _ip_route_get(
+    netns: str, dst: str, src: str, iif: str | None, proto: str, sport: int, dport: int
+) -> dict[str, str]:
     argv = ["ip", "-n", netns, "-j", "route", "get", dst, "from", src]
     if iif:
         argv += ["iif", iif]
@@ -103,7 +106,13 @@ def _ip_route_get(netns: str, dst: str, src: str, iif: str | None, proto: str, s
 
 
 def predict_path(
-    topo: Topology, netns_of: Callable[[str], str], src: str, dst: str, proto: str = "tcp", sport: int = 0, dport: int = 0
+    topo: Topology,
+    netns_of: Callable[[str], str],
+    src: str,
+    dst: str,
+    proto: str = "tcp",
+    sport: int = 0,
+    dport: int = 0,
 ) -> list[str]:
     """Node names a flow src->dst (hosts) crosses, from the routers' own ECMP choice for its 5-tuple."""
     src_ip, dst_ip = topo.hosts[src].ip, topo.hosts[dst].ip

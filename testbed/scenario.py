@@ -33,7 +33,18 @@ from testbed.spec import SpecError, _float, _int, _sub, check_keys
 from testbed.topology import Topology
 from testbed.units import UnitError, parse_duration
 
-SCENARIO_KEYS = {"name", "description", "fabric", "workload", "duration", "sweep", "repeat", "seed", "telemetry", "kernel"}
+SCENARIO_KEYS = {
+    "name",
+    "description",
+    "fabric",
+    "workload",
+    "duration",
+    "sweep",
+    "repeat",
+    "seed",
+    "telemetry",
+    "kernel",
+}
 TELEMETRY_KEYS = {"queue_hz", "link_hz", "cpu_hz"}
 
 
@@ -106,7 +117,9 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         check_hosts = getattr(job, "hosts_used", None)
         for host in check_hosts() if callable(check_hosts) else ():
             if host not in topo.hosts:
-                raise SpecError(f"workload[{i}]", f"host {host!r} is not in this fabric (hosts look like {next(iter(topo.hosts))})")
+                raise SpecError(
+                    f"workload[{i}]", f"host {host!r} is not in this fabric (hosts look like {next(iter(topo.hosts))})"
+                )
     try:
         duration = parse_duration(data.get("duration", "60s"))
     except UnitError as exc:
@@ -142,7 +155,9 @@ def expand(data: dict[str, Any]) -> ScenarioFile:
         if not isinstance(values, list) or not values:
             raise SpecError(f"sweep.{key}", "expected a non-empty list of values")
         if key.split(".")[0] not in SCENARIO_KEYS - {"sweep", "name"}:
-            raise SpecError(f"sweep.{key}", "a sweep axis must be a key path inside the scenario, e.g. fabric.host_link.buffer")
+            raise SpecError(
+                f"sweep.{key}", "a sweep axis must be a key path inside the scenario, e.g. fabric.host_link.buffer"
+            )
         axes.append((key, values))
     points = []
     combos = itertools.product(*[[(k, v) for v in vals] for k, vals in axes]) if axes else [()]
@@ -181,7 +196,10 @@ def load_scenario(source: str | Path | dict[str, Any]) -> Scenario:
 
 
 def variant_slug(scenario: Scenario) -> str:
-    parts = [f"{k.split('.')[-1]}={v if not isinstance(v, dict) else '-'.join(str(x) for x in v.values())}" for k, v in scenario.variant]
+    parts = [
+        f"{k.split('.')[-1]}={v if not isinstance(v, dict) else '-'.join(str(x) for x in v.values())}"
+        for k, v in scenario.variant
+    ]
     if scenario.repeat > 1:
         parts.append(f"r{scenario.repeat_index}")
     return _slug("_".join(parts))

@@ -6,8 +6,9 @@ impossible values with a ``SpecError`` naming the key path and the reason. Nothi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Mapping, cast
+from typing import Any, Literal, cast
 
 from testbed.units import Size, UnitError, parse_duration, parse_rate, parse_size
 
@@ -32,7 +33,9 @@ def check_keys(data: Mapping[str, Any], allowed: set[str], path: str, required: 
         raise SpecError(path, f"expected a mapping, got {type(data).__name__} {data!r}")
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise SpecError(f"{path}.{unknown[0]}" if path else unknown[0], f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise SpecError(
+            f"{path}.{unknown[0]}" if path else unknown[0], f"unknown key (allowed: {', '.join(sorted(allowed))})"
+        )
     missing = sorted(required - set(data))
     if missing:
         raise SpecError(f"{path}.{missing[0]}" if path else missing[0], "required key is missing")
@@ -185,7 +188,9 @@ class LinkSpec:
 
     def validate(self, path: str) -> None:
         if self.rate_bps < MIN_RATE_BPS:
-            raise SpecError(_sub(path, "rate"), f"{self.rate_bps} bit/s is below {MIN_RATE_BPS} bit/s, where HTB is accurate")
+            raise SpecError(
+                _sub(path, "rate"), f"{self.rate_bps} bit/s is below {MIN_RATE_BPS} bit/s, where HTB is accurate"
+            )
         if self.rate_bps > MAX_RATE_BPS:
             raise SpecError(
                 _sub(path, "rate"),
@@ -194,7 +199,9 @@ class LinkSpec:
             )
         frame = self.mtu + ETH_HEADER
         if self.buffer.to_bytes(self.mtu) < frame:
-            raise SpecError(_sub(path, "buffer"), f"{self.buffer} is smaller than one frame ({frame} bytes at MTU {self.mtu})")
+            raise SpecError(
+                _sub(path, "buffer"), f"{self.buffer} is smaller than one frame ({frame} bytes at MTU {self.mtu})"
+            )
         if self.marking.mode != "off":
             low, high = self.marking.thresholds_bytes(self.mtu)
             limit = self.buffer.to_bytes(self.mtu)
@@ -258,9 +265,13 @@ class TransportSpec:
     @classmethod
     def from_dict(cls, data: Any, path: str) -> TransportSpec:
         check_keys(data, {"cc", "ecn", "gso_max_segs"}, path)
-        cc = cast(CongestionControl, _choice(_sub(path, "cc"), data.get("cc", "cubic"), ("reno", "cubic", "bbr", "dctcp")))
+        cc = cast(
+            CongestionControl, _choice(_sub(path, "cc"), data.get("cc", "cubic"), ("reno", "cubic", "bbr", "dctcp"))
+        )
         ecn = data.get("ecn", True)
         if not isinstance(ecn, bool):
             raise SpecError(_sub(path, "ecn"), f"expected true or false, got {ecn!r}")
         segs = _int(_sub(path, "gso_max_segs"), data.get("gso_max_segs", 1), 1, 65535)
+        if cc == "dctcp" and not ecn:
+            raise SpecError(_sub(path, "ecn"), "DCTCP needs ECN: set transport.ecn true (or pick another cc)")
         return cls(cc, ecn, segs)

@@ -43,15 +43,3 @@ class RootSysctls:
             if read_root(key) != original:
                 _path(key).write_text(original)
         self._original.clear()
-
-
-def allow_congestion_controls(root: RootSysctls, wanted: set[str]) -> None:
-    """Extend net.ipv4.tcp_allowed_congestion_control so that namespaces may default to ``wanted``.
-
-    A non-root namespace may only pick a default from the root namespace's allowed list (machine.md).
-    """
-    key = "net.ipv4.tcp_allowed_congestion_control"
-    allowed = read_root(key).split()
-    missing = [cc for cc in sorted(wanted) if cc not in allowed]
-    if missing:
-        root.set(key, " ".join(allowed + missing))

@@ -14,7 +14,7 @@ ifb at the receiving side so the egress queue above stays the only queue.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from testbed.spec import ETH_HEADER, LinkSpec
 from testbed.topology import Port
@@ -69,7 +69,11 @@ def delay_tc_lines(port: Port, ifb: str) -> list[str]:
 
 def loss_nft_rules(table: str, ports: list[Port]) -> str:
     """An nftables script dropping a random share of packets leaving each lossy port (one namespace)."""
-    lines = [f"table inet {table} {{", "  chain postrouting {", "    type filter hook postrouting priority 0; policy accept;"]
+    lines = [
+        f"table inet {table} {{",
+        "  chain postrouting {",
+        "    type filter hook postrouting priority 0; policy accept;",
+    ]
     for p in ports:
         if p.link.loss > 0:
             per_million = int(round(p.link.loss * 1_000_000))

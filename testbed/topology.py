@@ -200,8 +200,12 @@ class Topology:
             la, lb = self.nodes[lk.a].layer, self.nodes[lk.b].layer
             up_a = "up" if LAYER_RANK[lb] > LAYER_RANK[la] else "down"
             up_b = "up" if up_a == "down" else "down"
-            out.append(Port(lk.a, lk.a_dev, lk.b, lk.b_dev, lk.a_addr, lk.b_addr, lk.prefixlen, lk.a_spec, up_a, la, lb))
-            out.append(Port(lk.b, lk.b_dev, lk.a, lk.a_dev, lk.b_addr, lk.a_addr, lk.prefixlen, lk.b_spec, up_b, lb, la))
+            out.append(
+                Port(lk.a, lk.a_dev, lk.b, lk.b_dev, lk.a_addr, lk.b_addr, lk.prefixlen, lk.a_spec, up_a, la, lb)
+            )
+            out.append(
+                Port(lk.b, lk.b_dev, lk.a, lk.a_dev, lk.b_addr, lk.a_addr, lk.prefixlen, lk.b_spec, up_b, lb, la)
+            )
         return out
 
     def ports_of(self, node: str) -> list[Port]:

@@ -49,8 +49,13 @@ def _procs_in_other_netns() -> list[int]:
 
 def test_sigkilled_run_is_cleaned_by_prefix_and_state():
     allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text()
-    child = subprocess.Popen([sys.executable, "-c", CHILD], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert child.stdout is not None
     prefix = child.stdout.readline().strip()
     assert prefix.startswith("tb"), f"child did not build: {prefix!r}"
@@ -59,7 +64,9 @@ def test_sigkilled_run_is_cleaned_by_prefix_and_state():
     child.send_signal(signal.SIGKILL)
     child.wait(10)
     assert [ns for ns in list_netns() if ns.startswith(prefix + "-")], "namespaces vanished without clean?"
-    cp = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    cp = subprocess.run(
+        [sys.executable, "-m", "testbed", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert cp.returncode == 0, cp.stderr
     assert not [ns for ns in list_netns() if ns.startswith(prefix + "-")], cp.stdout
     time.sleep(0.2)
@@ -70,7 +77,5 @@ def test_sigkilled_run_is_cleaned_by_prefix_and_state():
 
 
 def test_second_run_at_once_is_refused_with_a_reason():
-    with RunLock(wait=60):
-        with pytest.raises(BusyError, match="another testbed run is active"):
-            with RunLock(wait=0):
-                pass
+    with RunLock(wait=60), pytest.raises(BusyError, match="another testbed run is active"), RunLock(wait=0):
+        pass

@@ -22,8 +22,23 @@ def _fabric(rate: str = "100Mbit", mtu: int = 1500, **extra: object) -> dict:
 def _iperf(fab: Fabric, src: str, dst: str, seconds: float = 4, extra: list[str] | None = None) -> dict:
     srv = fab.procs.spawn(f"iperf3-s-{dst}", ["iperf3", "-s", "-1"], netns=fab.hosts[dst].netns)
     time.sleep(0.3)
-    cmd = ["ip", "netns", "exec", fab.hosts[src].netns, "iperf3", "-c", fab.hosts[dst].ip, "-t", str(seconds), "-O", "1", "-J",
-           "-C", "cubic", *(extra or [])]
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        fab.hosts[src].netns,
+        "iperf3",
+        "-c",
+        fab.hosts[dst].ip,
+        "-t",
+        str(seconds),
+        "-O",
+        "1",
+        "-J",
+        "-C",
+        "cubic",
+        *(extra or []),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 20)
     srv.wait(10)
     assert out.returncode == 0, out.stdout[-500:] + out.stderr
@@ -36,7 +51,9 @@ def test_every_host_pings_every_other(fabric_factory):
     for a, ha in fab.hosts.items():
         for b, hb in fab.hosts.items():
             if a != b:
-                cp = subprocess.run(["ip", "netns", "exec", ha.netns, "ping", "-c1", "-W2", hb.ip], capture_output=True, text=True)
+                cp = subprocess.run(
+                    ["ip", "netns", "exec", ha.netns, "ping", "-c1", "-W2", hb.ip], capture_output=True, text=True
+                )
                 if cp.returncode != 0:
                     failures.append(f"{a}->{b}")
     assert not failures, f"no ping reply for {failures}"
@@ -50,23 +67,40 @@ def test_cross_leaf_tcp_reaches_payload_rate(fabric_factory, bench_lock, rate):
     payload = fab.spec.host_link.payload_rate_bps
     assert result["end"]["sender_tcp_congestion"] == "cubic"
     assert got >= 0.95 * payload, f"{got / 1e6:.2f} Mbit/s < 0.95 x payload rate {payload / 1e6:.2f} Mbit/s at {rate}"
-    assert got <= 1.01 * payload, f"{got / 1e6:.2f} Mbit/s is above the payload rate {payload / 1e6:.2f}: the shaper leaks"
+    assert got <= 1.01 * payload, (
+        f"{got / 1e6:.2f} Mbit/s is above the payload rate {payload / 1e6:.2f}: the shaper leaks"
+    )
 
 
 def _qdisc(fab: Fabric, node: str, dev: str) -> dict:
-    out = subprocess.run(["tc", "-n", fab.netns(node), "-s", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["tc", "-n", fab.netns(node), "-s", "-j", "qdisc", "show", "dev", dev],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return next(q for q in json.loads(out.stdout) if q.get("handle") == "10:")
 
 
 def test_bfifo_holds_at_most_its_buffer_and_drops_beyond(fabric_factory, bench_lock):
     buffer = 60_000
-    fab = fabric_factory({**SPINE_LEAF, "host_link": {"rate": "100Mbit", "buffer": "300KB", "mtu": 1500},
-                          "overrides": [{"port": "l1->l1h1", "buffer": f"{buffer}B"}]})
-    srv = [fab.procs.spawn(f"srv{p}", ["iperf3", "-s", "-p", str(p)], netns=fab.hosts["l1h1"].netns) for p in (5201, 5202)]
+    fab = fabric_factory(
+        {
+            **SPINE_LEAF,
+            "host_link": {"rate": "100Mbit", "buffer": "300KB", "mtu": 1500},
+            "overrides": [{"port": "l1->l1h1", "buffer": f"{buffer}B"}],
+        }
+    )
+    srv = [
+        fab.procs.spawn(f"srv{p}", ["iperf3", "-s", "-p", str(p)], netns=fab.hosts["l1h1"].netns) for p in (5201, 5202)
+    ]
     time.sleep(0.3)
     clients = [
-        fab.procs.spawn(f"cli{p}", ["iperf3", "-c", fab.hosts["l1h1"].ip, "-p", str(p), "-t", "3", "-C", "cubic"],
-                        netns=fab.hosts[src].netns)
+        fab.procs.spawn(
+            f"cli{p}",
+            ["iperf3", "-c", fab.hosts["l1h1"].ip, "-p", str(p), "-t", "3", "-C", "cubic"],
+            netns=fab.hosts[src].netns,
+        )
         for p, src in ((5201, "l2h1"), (5202, "l3h1"))
     ]
     peak = 0
@@ -89,7 +123,12 @@ def _spine_tx(fab: Fabric) -> dict[str, int]:
     """Bytes each spine sent down to leaf 4."""
     out = {}
     for s in ("s1", "s2"):
-        cp = subprocess.run(["ip", "-n", fab.netns(s), "-s", "-j", "link", "show", "dev", f"{s}-l4"], capture_output=True, text=True, check=True)
+        cp = subprocess.run(
+            ["ip", "-n", fab.netns(s), "-s", "-j", "link", "show", "dev", f"{s}-l4"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         out[s] = json.loads(cp.stdout)[0]["stats64"]["tx"]["bytes"]
     return out
 
@@ -103,8 +142,26 @@ def _flow_spines(fab: Fabric, sports: list[int]) -> tuple[dict[int, str], dict[i
         path = fab.predict_path("l1h1", "l4h1", "tcp", sport, 5201)
         predicted[sport] = path[2]
         before = _spine_tx(fab)
-        subprocess.run(["ip", "netns", "exec", fab.hosts["l1h1"].netns, "iperf3", "-c", fab.hosts["l4h1"].ip, "-n", "2M",
-                        "--cport", str(sport), "-C", "cubic"], capture_output=True, check=True, timeout=20)
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                fab.hosts["l1h1"].netns,
+                "iperf3",
+                "-c",
+                fab.hosts["l4h1"].ip,
+                "-n",
+                "2M",
+                "--cport",
+                str(sport),
+                "-C",
+                "cubic",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=20,
+        )
         after = _spine_tx(fab)
         delta = {s: after[s] - before[s] for s in after}
         measured[sport] = max(delta, key=lambda s: delta[s])
@@ -117,7 +174,9 @@ def test_l4_hashing_spreads_flows_and_prediction_matches(fabric_factory):
     fab = fabric_factory(_fabric("100Mbit", 9000, ecmp={"hash": "l4", "seed": 42}))
     sports = list(range(40001, 40017))
     measured, predicted = _flow_spines(fab, sports)
-    assert measured == predicted, f"paths differ from prediction: {[(p, measured[p], predicted[p]) for p in sports if measured[p] != predicted[p]]}"
+    assert measured == predicted, (
+        f"paths differ from prediction: {[(p, measured[p], predicted[p]) for p in sports if measured[p] != predicted[p]]}"
+    )
     assert set(measured.values()) == {"s1", "s2"}, f"16 flows with L4 hashing used only {set(measured.values())}"
 
 
