@@ -31,6 +31,7 @@ from traffic.schedule import (
     collective_schedule,
     pipeline_schedule,
     ps_schedule,
+    sent_key,
 )
 
 BARRIER_LEAD = 0.01  # rank 0 announces a start this far in the future (>> one RTT), then every rank sleeps to it
@@ -80,9 +81,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def connect_peers(
-    cfg: dict[str, Any], rank: int, peers: set[int], deadline: float
-) -> dict[int, socket.socket]:
+def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: float) -> dict[int, socket.socket]:
     """One TCP connection per peer: connect to higher ranks' listeners, accept lower ones (each says its rank)."""
     hosts, port, cc = cfg["hosts"], cfg["port"], cfg.get("cc")
     lst = socket.create_server(("0.0.0.0", hosts[rank].get("port", port)), backlog=64)
@@ -99,9 +98,7 @@ def connect_peers(
             except OSError:
                 s.close()
                 if time.time() > deadline:
-                    raise TimeoutError(
-                        f"rank {rank}: cannot connect to rank {p} at {hosts[p]['ip']}:{port}"
-                    ) from None
+                    raise TimeoutError(f"rank {rank}: cannot connect to rank {p} at {hosts[p]['ip']}:{port}") from None
                 time.sleep(0.05)
         s.sendall(struct.pack("!I", rank))
         socks[p] = s
@@ -137,15 +134,11 @@ class Barrier:
         else:
             while True:
                 try:
-                    s = socket.create_connection(
-                        (cfg["hosts"][0]["ip"], port), timeout=1.0
-                    )
+                    s = socket.create_connection((cfg["hosts"][0]["ip"], port), timeout=1.0)
                     break
                 except OSError:
                     if time.time() > deadline:
-                        raise TimeoutError(
-                            f"rank {rank}: cannot reach the barrier at rank 0"
-                        ) from None
+                        raise TimeoutError(f"rank {rank}: cannot reach the barrier at rank 0") from None
                     time.sleep(0.05)
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.settimeout(cfg["timeout"])
@@ -185,9 +178,7 @@ class Iteration:
 
     def _wait(self, deps: tuple[Token, ...]) -> None:
         with self.cond:
-            while self.error is None and any(
-                self.counts.get(p, 0) < c for p, c in deps
-            ):
+            while self.error is None and any(self.counts.get(p, 0) < c for p, c in deps):
                 self.cond.wait(1.0)
             if self.error is not None:
                 raise RuntimeError("another thread failed")
@@ -200,7 +191,7 @@ class Iteration:
     def _guard(self, fn: Any, *args: Any) -> None:
         try:
             fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+        except BaseException as exc:
             with self.cond:
                 if self.error is None:
                     self.error = exc
@@ -218,6 +209,7 @@ class Iteration:
             ts = time.time()
             sock.sendall(self.sendbuf[: msg.nbytes])
             rec((msg.step, "send", peer, ts, time.time(), msg.nbytes))
+            self._bump(sent_key(peer))
 
     def _receiver(self, peer: int) -> None:
         sock, rec = self.socks[peer], self.records.append
@@ -244,20 +236,12 @@ class Iteration:
             self._bump(COMPUTE)
 
     def run(self, timeout: float) -> float:
-        threads = [
-            threading.Thread(target=self._guard, args=(self._sender, p), daemon=True)
-            for p in self.prog.sends
-        ]
+        threads = [threading.Thread(target=self._guard, args=(self._sender, p), daemon=True) for p in self.prog.sends]
         threads += [
-            threading.Thread(target=self._guard, args=(self._receiver, p), daemon=True)
-            for p in self.prog.recvs
+            threading.Thread(target=self._guard, args=(self._receiver, p), daemon=True) for p in self.prog.recvs
         ]
         if self.prog.computes:
-            threads.append(
-                threading.Thread(
-                    target=self._guard, args=(self._computer,), daemon=True
-                )
-            )
+            threads.append(threading.Thread(target=self._guard, args=(self._computer,), daemon=True))
         for t in threads:
             t.start()
         deadline = time.time() + timeout
@@ -298,9 +282,7 @@ def main(argv: list[str]) -> int:
     socks = connect_peers(cfg, rank, peers, deadline)
     barrier = Barrier(cfg, rank, deadline)
     biggest = max((m.nbytes for q in prog.sends.values() for m in q), default=1)
-    sendbuf = memoryview(
-        bytearray(os.urandom(min(biggest, 1 << 16)) * (-(-biggest // (1 << 16))))
-    )
+    sendbuf = memoryview(bytearray(os.urandom(min(biggest, 1 << 16)) * (-(-biggest // (1 << 16)))))
     gap = float(cfg.get("compute_gap", 0.0)) if cfg.get("bucket", 1) == 1 else 0.0
     out_path = cfg["out"].format(rank=rank)
     with open(out_path, "w") as out:
@@ -312,21 +294,24 @@ def main(argv: list[str]) -> int:
             run = Iteration(prog, socks, sendbuf, go)
             t_end = run.run(cfg["timeout"])
             warm = it < cfg["warmup"]
-            out.writelines(json.dumps(
-                        {
-                            "type": "step",
-                            "iter": it,
-                            "warmup": warm,
-                            "rank": rank,
-                            "step": step,
-                            "op": op,
-                            "peer": peer,
-                            "t_start": ts,
-                            "t_end": te,
-                            "bytes": n,
-                        }
-                    )
-                    + "\n" for step, op, peer, ts, te, n in aggregate(run.records))
+            out.writelines(
+                json.dumps(
+                    {
+                        "type": "step",
+                        "iter": it,
+                        "warmup": warm,
+                        "rank": rank,
+                        "step": step,
+                        "op": op,
+                        "peer": peer,
+                        "t_start": ts,
+                        "t_end": te,
+                        "bytes": n,
+                    }
+                )
+                + "\n"
+                for step, op, peer, ts, te, n in aggregate(run.records)
+            )
             out.write(
                 json.dumps(
                     {
@@ -362,8 +347,6 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
-    except Exception as exc:  # noqa: BLE001 - the generator reports this stderr line
-        print(
-            f"traffic.worker: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True
-        )
+    except Exception as exc:
+        print(f"traffic.worker: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
