@@ -94,13 +94,25 @@ def _slug(text: str) -> str:
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.0.c`` in nested dicts and lists (a number indexes a list, e.g. ``workload.0.servers``)."""
     keys = dotted.split(".")
     node: Any = data
-    for k in keys[:-1]:
-        if not isinstance(node, dict):
-            raise SpecError(f"sweep.{dotted}", f"{k!r} is not a mapping in the scenario")
-        node = node.setdefault(k, {})
-    node[keys[-1]] = value
+    for i, k in enumerate(keys):
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not k.isdigit() or int(k) >= len(node):
+                raise SpecError(f"sweep.{dotted}", f"{k!r} is not an index of a list of {len(node)} items")
+            if last:
+                node[int(k)] = value
+            else:
+                node = node[int(k)]
+        elif isinstance(node, dict):
+            if last:
+                node[k] = value
+            else:
+                node = node.setdefault(k, {})
+        else:
+            raise SpecError(f"sweep.{dotted}", f"{'.'.join(keys[:i])!r} is neither a mapping nor a list")
 
 
 def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = (), repeat_index: int = 0) -> Scenario:
@@ -180,8 +192,13 @@ def load_scenario_file(path: str | Path) -> ScenarioFile:
         data = yaml.safe_load(p.read_text())
     except FileNotFoundError:
         raise SpecError("", f"scenario file {p} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise SpecError("", f"{p} is not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise SpecError("", f"cannot read scenario file {p}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:  # one line: PyYAML's str() spans several
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError("", f"{p} is not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise SpecError("", f"{p} must hold a mapping (name, fabric, workload, ...)")
     sf = expand(data)

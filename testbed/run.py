@@ -1,0 +1,263 @@
+"""The run lifecycle: scenario point -> record -> fabric -> telemetry -> traffic -> tables -> fidelity -> summary.
+
+Every point of a scenario's sweep is one run with its own record. A failed point leaves a record that says why
+(status ``failed`` with the error) and the sweep goes on; the exit code says whether every run completed and
+was faithful.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from results.record import RunRecord
+from testbed.capabilities import probe
+from testbed.fabric import Fabric, check_spec
+from testbed.runctx import RunContext
+from testbed.scenario import Scenario, ScenarioFile, load_scenario_file
+
+SYSCTLS = [
+    "net.ipv4.tcp_ecn",
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.fib_multipath_hash_policy",
+    "net.ipv4.fib_multipath_hash_fields",
+    "net.ipv4.tcp_no_metrics_save",
+]
+
+
+@dataclass
+class RunResult:
+    path: Path
+    status: str  # complete | failed
+    faithful: bool | None
+    error: str | None = None
+
+
+def tool_versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, argv in {
+        "iperf3": ["iperf3", "--version"],
+        "iproute2": ["ip", "-V"],
+        "python": [sys.executable, "--version"],
+        "clang": ["clang", "--version"],
+        "bpftool": ["bpftool", "version"],
+    }.items():
+        try:
+            cp = subprocess.run(argv, capture_output=True, text=True, timeout=5)
+            out[name] = (cp.stdout or cp.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            out[name] = "not installed"
+    try:
+        from testbed.mininet_compat import import_mininet
+
+        out["mininet"] = str(getattr(import_mininet(), "VERSION", "") or __import__("mininet.net").net.VERSION)
+    except Exception:
+        out["mininet"] = "not importable"
+    return out
+
+
+def tc_text(fab: Fabric) -> dict[str, str]:
+    """`tc -s qdisc show` of every router and host namespace."""
+    out = {}
+    for node in fab.topo.nodes:
+        cp = subprocess.run(["tc", "-n", fab.netns(node), "-s", "qdisc", "show"], capture_output=True, text=True)
+        out[node] = cp.stdout
+    return out
+
+
+def sysctl_values(fab: Fabric) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for node in fab.topo.nodes:
+        cp = subprocess.run(
+            ["ip", "netns", "exec", fab.netns(node), "sysctl", *SYSCTLS], capture_output=True, text=True
+        )
+        out[node] = dict(line.split(" = ", 1) for line in cp.stdout.splitlines() if " = " in line)
+    out["root"] = {
+        k: Path("/proc/sys", *k.split(".")).read_text().strip()
+        for k in ("net.ipv4.tcp_allowed_congestion_control", "net.ipv4.tcp_congestion_control")
+    }
+    return out
+
+
+def _sampler_ports(fab: Fabric) -> list[Any]:
+    from testbed.telemetry import PortRef
+    from testbed.telemetry.bpfmarks import marks_map_path
+
+    bpf = fab.marking.get("ports", {})
+    refs = []
+    for p in fab.ports():
+        ns = fab.netns(p.node)
+        mm = marks_map_path(fab.prefix, ns, p.dev) if bpf.get(p.name) == "bpf" else None
+        refs.append(PortRef(ns, p.dev, node=p.node, marks_map=mm))
+    return refs
+
+
+def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: float = 0.0) -> RunResult:
+    """Run one sweep point; always returns (a failure is recorded, not raised), except for Ctrl-C."""
+    from traffic.generators import make_generator
+
+    record = RunRecord.create(
+        out,
+        scenario.name,
+        {k: v for k, v in scenario.variant},
+        scenario=scenario.raw,
+        repeat_index=scenario.repeat_index,
+        seed=scenario.seed,
+        extra={"description": scenario.description, "capabilities": caps, "tools": tool_versions()},
+    )
+    try:
+        from testbed import fidelity
+
+        record.set("preflight", fidelity.preflight(scenario.fabric, scenario.workload, caps))
+        generators = [make_generator(job) for job in scenario.workload]
+        for g in generators:
+            g.check(caps)
+        extra_cc = frozenset(str(j.cc) for j in scenario.workload if getattr(j, "cc", None))
+        with Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc) as fab:
+            _run_on_fabric(record, scenario, fab, generators, caps)
+        verdict = fidelity.evaluate_run(record.path)
+        record.set("fidelity", verdict)
+        record.finish("complete")
+        return RunResult(record.path, "complete", bool(verdict.get("faithful")))
+    except KeyboardInterrupt:
+        record.finish("failed", "interrupted (Ctrl-C)", summarize=False)
+        raise
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        (record.path / "raw" / "traceback.txt").write_text(traceback.format_exc())
+        record.finish("failed", error, summarize=False)
+        if not isinstance(exc, Exception):
+            raise
+        return RunResult(record.path, "failed", None, error)
+
+
+def _run_on_fabric(
+    record: RunRecord, scenario: Scenario, fab: Fabric, generators: list[Any], caps: dict[str, Any]
+) -> None:
+    from testbed.telemetry import start_sampler
+    from testbed.telemetry.netstat import snapshot_hosts
+
+    record.update(
+        {
+            "prefix": fab.prefix,
+            "fabric": fab.topo.describe(),
+            "marking": fab.marking,
+            "sysctls": sysctl_values(fab),
+            "tc_before": tc_text(fab),
+            "build_s": round(fab.build_s, 3),
+            "ranks": {},
+        }
+    )
+    record.event("built", f"{fab.prefix} in {fab.build_s:.2f} s")
+    hosts_ns = {name: h.netns for name, h in fab.hosts.items()}
+    netstat = record.table("netstat")
+    for row in snapshot_hosts(hosts_ns, "start"):
+        netstat.write(row)
+    tele = scenario.telemetry
+    sampler = start_sampler(
+        fab.procs, _sampler_ports(fab), record.path, rate_hz=tele.queue_hz, link_hz=tele.link_hz, cpu_hz=tele.cpu_hz
+    )
+    record.event("sampler", "started")
+    ctx = RunContext(
+        hosts=fab.hosts,
+        procs=fab.procs,
+        raw_dir=record.raw_dir,
+        host_link=fab.spec.host_link,
+        fabric_link=fab.spec.fabric_link,
+        cc_name=fab.cc_name,
+        predict_path=fab.predict_path,
+        seed=scenario.seed,
+        t0=time.time(),
+        caps=caps,
+    )
+    failure: BaseException | None = None
+    try:
+        for g in generators:
+            g.start(ctx)
+            record.event("job_started", g.name)
+        deadline = time.monotonic() + scenario.duration_s
+        for g in generators:
+            g.wait(max(0.0, deadline - time.monotonic()))
+            record.event("job_done", g.name)
+    except BaseException as exc:
+        failure = exc
+        record.event("job_failed", f"{type(exc).__name__}: {exc}")
+    finally:
+        for g in generators:
+            g.stop()
+    for row in snapshot_hosts(hosts_ns, "end"):
+        netstat.write(row)
+    record.set("sampler_health", sampler.stop())
+    record.set("tc_after", tc_text(fab))
+    if fab._markers is not None:
+        marks = record.table("marks")
+        for (ns, dev), c in fab._markers.read_marks().items():
+            marks.write(
+                {
+                    "node": ns.split("-", 1)[1],
+                    "dev": dev,
+                    "impl": "bpf",
+                    "marks": c.get("marks"),
+                    "ect_seen": c.get("ect_seen"),
+                }
+            )
+    if failure is not None:
+        raise failure
+    for g in generators:
+        for table, rows in g.parse(record.raw_dir).items():
+            if table == "ranks":
+                record.set("ranks", {**record.manifest.get("ranks", {}), **rows})  # type: ignore[dict-item]
+                continue
+            w = record.table(table)
+            for row in rows:
+                w.write(row)
+
+
+def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0) -> list[RunResult]:
+    from results.progress import Progress
+
+    caps = probe()
+    for point in sf.points:  # refuse what cannot run here before the first point starts
+        check_spec(point.fabric, caps)
+    progress = Progress(len(sf.points))
+    progress.plan([p.duration_s + 5 for p in sf.points])
+    results = []
+    for point in sf.points:
+        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.variant) or point.name
+        progress.start(label, point.duration_s + 5)
+        res = run_point(point, out, caps, lock_wait)
+        progress.finish(res.status if res.faithful is not False else "not faithful")
+        results.append(res)
+    progress.close()
+    return results
+
+
+def run_main(args: argparse.Namespace) -> int:
+    if args.kernel:
+        from testbed.vm import run_in_guest
+
+        argv = [sys.executable, "-m", "testbed", "run", args.scenario, "-o", args.out]
+        res = run_in_guest(argv, kernel=args.kernel, rwdirs=[str(Path(args.out).resolve())])
+        return int(res.rc)
+    sf = load_scenario_file(args.scenario)
+    out = Path(args.out)
+    results = run_file(sf, out)
+    for r in results:
+        flag = "" if r.faithful is not False else " (NOT FAITHFUL: see the manifest's fidelity)"
+        print(f"{r.status:9s} {r.path}{flag}" + (f"  {r.error}" if r.error else ""))
+    if not args.no_report:
+        from results.cli import report_main
+
+        report_dir = out / "reports" / results[0].path.name
+        report_main([*(str(r.path) for r in results), "-o", str(report_dir)])
+    bad = [r for r in results if r.status != "complete" or (r.faithful is False and not args.allow_unfaithful)]
+    if bad:
+        print(json.dumps([str(r.path) for r in bad]), file=sys.stderr)
+    return 1 if bad else 0
