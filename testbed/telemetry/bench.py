@@ -34,6 +34,9 @@ def bench_sampler(ports: list[PortRef], seconds: float = 3.0, rate_hz: float = 1
         "cpu_share": health["cpu_share"],
         "namespaces": health["namespaces"],
         "queues": health["queues"],
+        "scheduling": health["scheduling"],
+        "late_ticks": health["late_ticks"],
+        "worst_gaps": max(health["per_netns"].values(), key=lambda g: g["jitter"]),
         "rows": health["rows"],
     }
 

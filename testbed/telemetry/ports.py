@@ -6,6 +6,7 @@ Config file (``--config``)::
      "ports": [{"netns": "tb3fa2-s1", "dev": "s1-l1", "leaf_handle": "10:", "root": "1:", "node": "s1"}],
      "links_netns": ["tb3fa2-s1"]}
 
+``marks_map`` (optional) is the eBPF marker's pinned stats map for that port (``bpfmarks.marks_map_path``).
 ``root`` may be null when the leaf is the root qdisc; ``node`` defaults to the namespace name without its run
 prefix (``tb3fa2-s1`` -> ``s1``); ``links_netns`` (every interface but lo is sampled there) defaults to the
 ports' namespaces. Unknown keys are errors.
@@ -36,6 +37,7 @@ class PortRef:
     leaf: str = "10:"
     root: str | None = "1:"
     node: str = ""
+    marks_map: str | None = None  # pinned stats map of the eBPF marker on this port (see bpfmarks)
 
     def __post_init__(self) -> None:
         if not self.netns or not self.dev:
@@ -50,11 +52,18 @@ class PortRef:
             object.__setattr__(self, "node", node_of(self.netns))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"netns": self.netns, "dev": self.dev, "leaf_handle": self.leaf, "root": self.root, "node": self.node}
+        return {
+            "netns": self.netns,
+            "dev": self.dev,
+            "leaf_handle": self.leaf,
+            "root": self.root,
+            "node": self.node,
+            "marks_map": self.marks_map,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PortRef:
-        allowed = {"netns", "dev", "leaf_handle", "root", "node"}
+        allowed = {"netns", "dev", "leaf_handle", "root", "node", "marks_map"}
         unknown = sorted(set(d) - allowed)
         if unknown:
             raise ConfigError(f"port key {unknown[0]!r} unknown (allowed: {', '.join(sorted(allowed))})")
@@ -64,6 +73,7 @@ class PortRef:
             leaf=d.get("leaf_handle", "10:"),
             root=d.get("root", "1:"),
             node=d.get("node", ""),
+            marks_map=d.get("marks_map"),
         )
 
 

@@ -26,10 +26,12 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from testbed.telemetry.bpfmarks import BpfMarks
 from testbed.telemetry.cpu import CPU_HEADER, CpuSampler
 from testbed.telemetry.fastpath import Counters, QdiscReader
 from testbed.telemetry.gaps import GapStats
@@ -61,8 +63,8 @@ QUEUES_HEADER = (
 )
 LINKS_HEADER = ("t", "node", "dev", "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "tx_drops")
 MARKS_NOTE = (
-    "marks: from RED xstats (tc_red_xstats.marked) where the leaf is red; empty otherwise: the BPF "
-    "marker's counters are not wired yet (testbed/ecn MarkerSet.read_marks does not exist)"
+    "marks: RED leaf -> tc_red_xstats.marked every sample; port with marks_map -> the eBPF marker's per-CPU stats "
+    "map summed, refreshed at link_hz; otherwise empty (not 0: nothing on that port counts marks)"
 )
 
 
@@ -78,6 +80,7 @@ class _Port:
     last: tuple[Any, ...] | None = None
     last_t: float = 0.0
     missing: int = 0
+    bpf_marks: int | None = None
 
 
 @dataclass
@@ -164,8 +167,15 @@ def open_pollers(ports: list[PortRef], links_netns: list[str] | None = None) -> 
     return pollers
 
 
-def poll_once(ports: list[PortRef]) -> list[dict[str, Any]]:
-    """Sample every queue once (opens and closes the sockets) -> queues.csv rows as dicts. For tests and checks."""
+def poll_once(
+    ports: list[PortRef], marks_fn: Callable[[], dict[tuple[str, str], int]] | None = None
+) -> list[dict[str, Any]]:
+    """Sample every queue once (opens and closes the sockets) -> queues.csv rows as dicts. For tests and checks.
+
+    ``marks_fn`` (library mode): returns {(netns, dev): marks}, e.g. from ``MarkerSet.read_marks``; it fills the
+    marks of the ports it names.
+    """
+    extra = marks_fn() if marks_fn is not None else {}
     pollers = open_pollers(ports)
     try:
         rows = []
@@ -174,6 +184,9 @@ def poll_once(ports: list[PortRef]) -> list[dict[str, Any]]:
             for port, v in vals:
                 if v is None:
                     raise SamplerError(f"qdisc vanished on {pl.netns}/{port.ref.dev}")
+                mk = extra.get((port.ref.netns, port.ref.dev))
+                if mk is not None:
+                    v = (*v[:3], mk, *v[4:])
                 rows.append(dict(zip(QUEUES_HEADER, (t, port.ref.node, port.ref.dev, *v), strict=True)))
         return rows
     finally:
@@ -211,6 +224,15 @@ class Sampler:
         self.errors: list[str] = []
         self.late = 0
         self.scheduling = "SCHED_OTHER"
+        self.bpf: BpfMarks | None = None
+        maps = [p.marks_map for p in cfg.ports if p.marks_map]
+        if maps:
+            try:
+                self.bpf = BpfMarks(maps)
+            except Exception as exc:
+                self.close()
+                raise SamplerError(f"cannot open the eBPF marker's stats maps {maps}: {exc}") from exc
+            self._bpf_marks()
         self.t0 = self.t_end = 0.0
 
     def _queues(self, final: bool = False) -> None:
@@ -226,12 +248,22 @@ class Sampler:
                     if port.missing == 1:
                         self.errors.append(f"{t:.3f}: qdisc {port.ref.leaf} vanished on {pl.netns}/{port.ref.dev}")
                     continue
+                if port.ref.marks_map:
+                    v = (*v[:3], port.bpf_marks, *v[4:])
                 if final or v != port.last or t - port.last_t >= kf:
                     self.queues.row((t, port.ref.node, port.ref.dev, *v))
                     port.last, port.last_t = v, t
 
+    def _bpf_marks(self) -> None:
+        if self.bpf is not None:
+            for pl in self.pollers:
+                for port in pl.ports:
+                    if port.ref.marks_map:
+                        port.bpf_marks = self.bpf.read(port.ref.marks_map)
+
     def _links(self, final: bool = False) -> None:
         kf = self.cfg.keyframe_s
+        self._bpf_marks()
         for pl in self.pollers:
             t, vals = pl.poll_links()
             for idx, v in vals:
@@ -329,6 +361,8 @@ class Sampler:
                 f.close()
         for pl in self.pollers:
             pl.sock.close()
+        if self.bpf is not None:
+            self.bpf.close()
 
 
 def main(argv: list[str] | None = None) -> int:
