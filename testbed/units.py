@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-_NUM = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
+_NUM = r"([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"  # signed: "-5Mbit" is refused as negative
 
 _RATE_UNITS = {
     "": 1,
