@@ -127,8 +127,9 @@ class FabricSpec:
             spec = replace(spec, k=k)
 
         host = LinkSpec.from_dict(data.get("host_link", {}), _sub(path, "host_link"))
-        fab_data = dict(data.get("fabric_link", {}) or {})
-        check_keys(fab_data, LINK_KEYS, _sub(path, "fabric_link"))
+        fab_raw = data.get("fabric_link", {}) or {}
+        check_keys(fab_raw, LINK_KEYS, _sub(path, "fabric_link"))  # before dict(): a list or str is a SpecError
+        fab_data = dict(fab_raw)
         if "mtu" in fab_data and fab_data["mtu"] != host.mtu:
             raise SpecError(_sub(path, "fabric_link.mtu"), f"every link must share one MTU (host_link has {host.mtu})")
         ratio = data.get("oversubscription")

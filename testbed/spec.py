@@ -195,7 +195,7 @@ class LinkSpec:
             raise SpecError(
                 _sub(path, "rate"),
                 f"{self.rate_bps / 1e6:g} Mbit/s is above the {MAX_RATE_BPS / 1e6:g} Mbit/s this machine can emulate "
-                "faithfully; state real-world rates with a scale factor (fabric.scale) instead",
+                "faithfully; state real-world rates scaled down (e.g. 400G as 400Mbit)",
             )
         frame = self.mtu + ETH_HEADER
         if self.buffer.to_bytes(self.mtu) < frame:
