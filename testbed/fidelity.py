@@ -1,0 +1,345 @@
+"""Fidelity guardrails: did the emulator keep up? Pure functions over a run's recorded tables.
+
+``evaluate(queues, links, cpu, ports, sampler_health=None)`` -> ``{"faithful": bool, "checks": [...]}`` where each
+check is ``{"name", "ok", "value", "threshold", "reason"}`` (plus ``details``). ``ok`` is True, False, or None
+(could not be judged: the reason says why; None never makes a run unfaithful). Inputs are the rows of queues.csv,
+links.csv and cpu.csv as dicts (typed as ``results.record`` reads them, or strings) and ``manifest["fabric"]
+["ports"]`` (``node``, ``dev``, ``rate_bps``, ``mtu``). ``evaluate_run(run)`` does it for a loaded record.
+
+Checks (thresholds in ``Thresholds``):
+- ``bottleneck_rate``: a port is *busy* in a window of ``window_s`` when its queue was non-empty
+  (``backlog_pkts > 0``, sample-and-hold between rows, time-weighted) for at least ``busy_share`` of the window.
+  Over each port's busy windows, delivered = (tx_bytes delta) x 8 / busy time, compared with ``rate_bps``
+  directly (HTB and the qdisc's tx_bytes both count the 14-byte Ethernet header). A busy port delivering less
+  than ``rate_min`` of its rate means the machine, not the link, was the bottleneck.
+- ``cpu_saturation``: share of cpu.csv samples in which every core was at least ``cpu_busy`` busy.
+- ``sampler``: achieved queue-sampling rate against the target and the longest gap (from sampler_health.json when
+  given; otherwise only the gap between rows, which the sampler writes at least every keyframe).
+- ``gso_superpackets``: a queue whose backlog_bytes / backlog_pkts exceeds one frame (MTU + 14) held packets
+  bigger than a frame (GSO/GRO super-packets), so per-packet queue figures are meaningless.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ETH_HEADER = 14
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    rate_min: float = 0.95  # delivered / configured rate on a busy port
+    busy_share: float = 0.9  # share of a window a queue must be non-empty for the window to count as busy
+    window_s: float = 0.2
+    cpu_busy: float = 0.95  # a core this busy is saturated
+    cpu_share_max: float = 0.10  # share of samples with every core saturated
+    sampler_rate_min: float = 0.9  # achieved / target sampling rate
+    sampler_gap_max_s: float = 0.05
+    keyframe_s: float = 0.1  # the sampler writes a row at least this often per queue
+
+
+def _f(v: Any) -> float | None:
+    if v is None or v == "":
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def check(name: str, ok: bool | None, value: Any, threshold: Any, reason: str, details: Any = None) -> dict[str, Any]:
+    out = {"name": name, "ok": ok, "value": value, "threshold": threshold, "reason": reason}
+    if details is not None:
+        out["details"] = details
+    return out
+
+
+def _by_port(rows: Iterable[Row], window: tuple[float, float] | None) -> dict[tuple[str, str], list[Row]]:
+    out: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        t = _f(r.get("t"))
+        if t is None or (window is not None and not window[0] <= t <= window[1]):
+            continue
+        out[(str(r.get("node")), str(r.get("dev")))].append(r)
+    for v in out.values():
+        v.sort(key=lambda r: float(r["t"]))
+    return out
+
+
+def _tx_series(qrows: list[Row], lrows: list[Row] | None) -> np.ndarray | None:
+    """tx_bytes at each queue row: the qdisc's own counter, else the interface counter interpolated."""
+    tx = [_f(r.get("tx_bytes")) for r in qrows]
+    if all(x is not None for x in tx):
+        return np.array(tx, dtype=float)
+    if not lrows:
+        return None
+    lt = np.array([float(r["t"]) for r in lrows])
+    lb = np.array([_f(r.get("tx_bytes")) or 0.0 for r in lrows])
+    return np.interp([float(r["t"]) for r in qrows], lt, lb)
+
+
+def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Thresholds) -> list[dict[str, float]]:
+    """Per window of ``th.window_s``: covered time, busy time, delivered bytes, and ratio to ``rate_bps``."""
+    t = np.array([float(r["t"]) for r in qrows])
+    if len(t) < 2:
+        return []
+    busy = np.array([(_f(r.get("backlog_pkts")) or 0.0) > 0 or (_f(r.get("backlog_bytes")) or 0.0) > 0 for r in qrows])
+    dt = np.diff(t)
+    db = np.diff(tx)
+    valid = (dt > 0) & (db >= 0)  # a negative delta is a counter reset
+    win = ((t[:-1] - t[0]) // th.window_s).astype(int)
+    out = []
+    for w in np.unique(win):
+        m = (win == w) & valid
+        span = float(dt[m].sum())
+        if span < 0.5 * th.window_s:
+            continue
+        busy_t = float(dt[m & busy[:-1]].sum())
+        nbytes = float(db[m].sum())
+        out.append(
+            {
+                "t": float(t[0] + w * th.window_s),
+                "span_s": span,
+                "busy_s": busy_t,
+                "bytes": nbytes,
+                "ratio": nbytes * 8 / span / rate_bps if rate_bps > 0 else float("nan"),
+            }
+        )
+    return out
+
+
+def check_bottlenecks(
+    queues: Iterable[Row],
+    ports: list[Mapping[str, Any]],
+    links: Iterable[Row] = (),
+    th: Thresholds = Thresholds(),
+    window: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    qby = _by_port(queues, window)
+    lby = _by_port(links, window)
+    per: dict[str, dict[str, Any]] = {}
+    skipped = []
+    for p in ports:
+        key = (str(p["node"]), str(p["dev"]))
+        rows = qby.get(key)
+        name = f"{key[0]}:{key[1]}"
+        if not rows:
+            continue
+        tx = _tx_series(rows, lby.get(key))
+        if tx is None:
+            skipped.append(f"{name} (no tx_bytes)")
+            continue
+        rate = float(p["rate_bps"])
+        wins = [w for w in port_windows(rows, tx, rate, th) if w["busy_s"] >= th.busy_share * w["span_s"]]
+        if not wins:
+            continue
+        busy_t = sum(w["span_s"] for w in wins)
+        ratio = sum(w["bytes"] for w in wins) * 8 / busy_t / rate
+        per[name] = {
+            "rate_bps": rate,
+            "busy_s": round(busy_t, 3),
+            "busy_windows": len(wins),
+            "ratio": round(ratio, 4),
+            "worst_window": round(min(w["ratio"] for w in wins), 4),
+        }
+    if not per:
+        why = "no queue was non-empty for a whole window, so no saturated bottleneck to check"
+        return check(
+            "bottleneck_rate", None, None, th.rate_min, why + (f"; skipped {', '.join(skipped)}" if skipped else "")
+        )
+    bad = {n: d for n, d in per.items() if d["ratio"] < th.rate_min}
+    worst = min(per, key=lambda n: per[n]["ratio"])
+    if bad:
+        parts = [
+            f"{n} delivered {d['ratio']:.2f} of {d['rate_bps'] / 1e6:g} Mbit/s over {d['busy_s']:g} s busy"
+            for n, d in sorted(bad.items(), key=lambda kv: kv[1]["ratio"])
+        ]
+        reason = f"{len(bad)} of {len(per)} busy ports fell short (CPU-bound emulation): " + "; ".join(parts[:5])
+    else:
+        reason = (
+            f"{len(per)} busy ports delivered >= {th.rate_min} of their rate (worst {worst}: {per[worst]['ratio']:.3f})"
+        )
+    return check("bottleneck_rate", not bad, per[worst]["ratio"], th.rate_min, reason, per)
+
+
+def check_cpu(
+    cpu: Iterable[Row], th: Thresholds = Thresholds(), window: tuple[float, float] | None = None
+) -> dict[str, Any]:
+    cores: dict[float, list[float]] = defaultdict(list)
+    alls: dict[float, float] = {}
+    for r in cpu:
+        t, busy = _f(r.get("t")), _f(r.get("busy"))
+        if t is None or busy is None or (window is not None and not window[0] <= t <= window[1]):
+            continue
+        if str(r.get("cpu")) == "all":
+            alls[t] = busy
+        else:
+            cores[t].append(busy)
+    samples = {t: min(v) for t, v in cores.items()} if cores else alls
+    if not samples:
+        return check("cpu_saturation", None, None, th.cpu_share_max, "cpu.csv has no samples in the run window")
+    share = sum(1 for v in samples.values() if v >= th.cpu_busy) / len(samples)
+    mean_all = float(np.mean(list(alls.values()))) if alls else float(np.mean(list(samples.values())))
+    ncores = max((len(v) for v in cores.values()), default=1)
+    ok = share <= th.cpu_share_max
+    reason = (
+        f"all {ncores} cores >= {th.cpu_busy:.0%} busy in {share:.0%} of {len(samples)} samples "
+        f"(mean {mean_all:.0%})" + ("" if ok else ": the machine ran out of CPU, results are the emulator's limit")
+    )
+    return check(
+        "cpu_saturation",
+        ok,
+        round(share, 4),
+        th.cpu_share_max,
+        reason,
+        {"mean_busy": round(mean_all, 4), "samples": len(samples)},
+    )
+
+
+def check_sampler(
+    health: Mapping[str, Any] | None,
+    queues: Iterable[Row] = (),
+    th: Thresholds = Thresholds(),
+    window: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    if health and health.get("target_hz"):
+        target = float(health["target_hz"])
+        rate = float(health.get("rate_hz_min") or 0.0)
+        gaps = [float(s.get("gap_max_ms", 0.0)) / 1e3 for s in (health.get("per_netns") or {}).values()]
+        gap = max(gaps, default=0.0)
+        missing = health.get("missing_samples") or {}
+        ratio = rate / target
+        ok = ratio >= th.sampler_rate_min and gap <= th.sampler_gap_max_s and not missing
+        reason = f"{rate:.0f} of {target:.0f} Hz ({ratio:.2f}), longest gap {gap * 1e3:.1f} ms"
+        if missing:
+            reason += f", samples missing on {', '.join(sorted(missing))[:200]}"
+        return check(
+            "sampler",
+            ok,
+            round(ratio, 4),
+            th.sampler_rate_min,
+            reason,
+            {"gap_max_s": gap, "gap_threshold_s": th.sampler_gap_max_s},
+        )
+    # Without the health file: rows are written on change or every keyframe, so only a gap can be judged.
+    by_node: dict[str, list[float]] = defaultdict(list)
+    for r in queues:
+        t = _f(r.get("t"))
+        if t is not None and (window is None or window[0] <= t <= window[1]):
+            by_node[str(r.get("node"))].append(t)
+    if not by_node:
+        return check("sampler", None, None, th.sampler_rate_min, "no sampler health and no queues.csv rows")
+    gap = max(float(np.max(np.diff(sorted(set(ts))))) if len(set(ts)) > 1 else 0.0 for ts in by_node.values())
+    limit = th.keyframe_s * 1.5
+    ok = gap <= limit
+    return check(
+        "sampler",
+        None if ok else False,
+        None,
+        th.sampler_rate_min,
+        f"no sampler_health.json: rate not judged; longest gap between a node's rows {gap * 1e3:.1f} ms (limit {limit * 1e3:.0f} ms)",
+        {"gap_max_s": gap},
+    )
+
+
+def check_gso(queues: Iterable[Row], ports: list[Mapping[str, Any]], packet_level: bool = True) -> dict[str, Any]:
+    frames = {(str(p["node"]), str(p["dev"])): int(p.get("mtu") or 1500) + ETH_HEADER for p in ports}
+    default = max(frames.values(), default=1500 + ETH_HEADER)
+    seen: dict[str, dict[str, Any]] = {}
+    worst, nonempty = 0.0, 0
+    for r in queues:
+        pk, by = _f(r.get("backlog_pkts")), _f(r.get("backlog_bytes"))
+        if not pk or pk <= 0 or by is None:
+            continue
+        nonempty += 1
+        key = (str(r.get("node")), str(r.get("dev")))
+        frame = frames.get(key, default)
+        avg = by / pk
+        worst = max(worst, avg)
+        if avg > frame:
+            d = seen.setdefault(f"{key[0]}:{key[1]}", {"samples": 0, "max_avg_bytes": 0.0, "frame": frame})
+            d["samples"] += 1
+            d["max_avg_bytes"] = round(max(d["max_avg_bytes"], avg), 1)
+    if nonempty == 0:
+        return check("gso_superpackets", None, None, default, "no non-empty queue sample to judge")
+    if not seen:
+        return check(
+            "gso_superpackets",
+            True,
+            round(worst, 1),
+            default,
+            f"average queued packet <= one frame ({default} B) in all {nonempty} non-empty samples",
+        )
+    n = sum(d["samples"] for d in seen.values())
+    reason = (
+        f"{len(seen)} queues held packets bigger than a frame (max average {max(d['max_avg_bytes'] for d in seen.values()):.0f} B "
+        f"> {default} B) in {n} samples: GSO/GRO super-packets, so per-packet queue figures are not packet-level"
+    )
+    if not packet_level:
+        reason += " (allowed: this run did not ask for packet-level queues)"
+    return check("gso_superpackets", not packet_level, round(worst, 1), default, reason, seen)
+
+
+def verdict(checks: list[dict[str, Any]]) -> dict[str, Any]:
+    faithful = all(c["ok"] is not False for c in checks)
+    failed = [f"{c['name']}: {c['reason']}" for c in checks if c["ok"] is False]
+    return {
+        "faithful": faithful,
+        "status": "faithful" if faithful else "not faithful",
+        "failed": failed,
+        "checks": checks,
+    }
+
+
+def evaluate(
+    queues: Iterable[Row],
+    links: Iterable[Row],
+    cpu: Iterable[Row],
+    ports: list[Mapping[str, Any]],
+    sampler_health: Mapping[str, Any] | None = None,
+    th: Thresholds = Thresholds(),
+    window: tuple[float, float] | None = None,
+    packet_level: bool = True,
+) -> dict[str, Any]:
+    """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span."""
+    q, lk, c = list(queues), list(links), list(cpu)
+    return verdict(
+        [
+            check_bottlenecks(q, ports, lk, th, window),
+            check_cpu(c, th, window),
+            check_sampler(sampler_health, q, th, window),
+            check_gso(q, ports, packet_level),
+        ]
+    )
+
+
+def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    """``evaluate`` on a ``results.record.Run`` (anything with ``.manifest`` and ``.table(name)``).
+
+    Without ``sampler_health``, reads ``sampler_health.json`` from the run directory or its ``raw/``, if there.
+    """
+    if sampler_health is None and getattr(run, "path", None) is not None:
+        for cand in (Path(run.path) / "sampler_health.json", Path(run.path) / "raw" / "sampler_health.json"):
+            if cand.exists():
+                sampler_health = json.loads(cand.read_text())
+                break
+    ports = (run.manifest.get("fabric") or {}).get("ports") or []
+    gso = int(((run.manifest.get("scenario") or {}).get("fabric") or {}).get("transport", {}).get("gso_max_segs", 1))
+    kw.setdefault("packet_level", gso == 1)
+    return evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)
+
+
+def format_verdict(v: Mapping[str, Any]) -> str:
+    lines = ["faithful" if v["faithful"] else "NOT FAITHFUL"]
+    for c in v["checks"]:
+        mark = {True: "ok  ", False: "FAIL", None: "n/a "}[c["ok"]]
+        lines.append(f"  {mark} {c['name']}: {c['reason']}")
+    return "\n".join(lines)
