@@ -5,8 +5,8 @@ the ``rwdirs``, which are shared read-write: the repo's ``runs/`` always, so run
 the host afterwards. The guest's /run is its own tmpfs, so host locks and /run/testbed state are not shared.
 
 Inside, the command gets PATH without pyenv (``python3`` is Debian's /usr/bin/python3) and
-``TESTBED_GUEST=1``, ``TESTBED_GUEST_KERNEL=<uname -r>``, ``TESTBED_GUEST_ACCEL=kvm|tcg`` so the harness can
-record the guest kernel and scale rates down under software emulation.
+``TESTBED_GUEST=1``, ``TESTBED_GUEST_KERNEL=<uname -r>``, ``TESTBED_GUEST_KERNEL_PACKAGE=<package> <version>``,
+``TESTBED_GUEST_ACCEL=kvm|tcg`` so the harness can record the guest kernel and scale rates down under TCG.
 """
 
 from __future__ import annotations
@@ -188,7 +188,12 @@ def run_in_guest(
             lock = stack.enter_context(open(BENCH_LOCK, "w"))
             fcntl.flock(lock, fcntl.LOCK_EX)
         for attempt in (chosen, Accel("tcg", f"KVM failed to boot the guest; {chosen.reason}")):
-            env = {"TESTBED_GUEST": "1", "TESTBED_GUEST_KERNEL": image.version, "TESTBED_GUEST_ACCEL": attempt.name}
+            env = {
+                "TESTBED_GUEST": "1",
+                "TESTBED_GUEST_KERNEL": image.version,
+                "TESTBED_GUEST_KERNEL_PACKAGE": f"{image.package} {image.package_version}",
+                "TESTBED_GUEST_ACCEL": attempt.name,
+            }
             opts = VngOptions(
                 image=image.image,
                 accel=attempt.name,

@@ -29,7 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 def test_stock_kernel_boots_and_has_red_ecn_netem_fq_codel_dctcp(tmp_path: Path) -> None:
     kernel = ensure_kernel("debian-6.1")
     out = tmp_path / "out"
-    script = f"uname -r; echo written > {out}/from-guest.txt; /usr/bin/python3 -m testbed.vm.check"
+    record = REPO / "runs" / f".tbvm-test-{os.getpid()}"  # runs/ is always shared: records land on the host
+    script = (
+        f"uname -r; echo written > {out}/from-guest.txt; echo record > {record}; /usr/bin/python3 -m testbed.vm.check"
+    )
     res = run_in_guest(["sh", "-c", script], kernel="debian-6.1", rwdirs=[out], timeout=300, cwd=REPO, stream=False)
     assert res.rc == 0, res.output
     assert res.output.splitlines()[0] == kernel.version == res.kernel_version
@@ -37,6 +40,8 @@ def test_stock_kernel_boots_and_has_red_ecn_netem_fq_codel_dctcp(tmp_path: Path)
     for feature in ("red+ecn", "netem", "fq_codel", "tcp_dctcp"):
         assert re.search(rf"^\s+{re.escape(feature)}\s+ok$", res.output, re.M), res.output
     assert (out / "from-guest.txt").read_text() == "written\n"  # the rwdir is the host's
+    assert record.read_text() == "record\n"
+    record.unlink()
     assert res.accel in ("kvm", "tcg") and res.accel_reason
     assert 0 < res.boot_s < res.wall_s
 
