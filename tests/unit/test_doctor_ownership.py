@@ -1,0 +1,70 @@
+"""doctor's table from a canned probe, capability errors, and the ownership state file (no root, no system changes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed import ownership
+from testbed.capabilities import NEEDS, CapabilityError, doctor_rows, require
+
+
+def test_doctor_rows_from_canned_probe() -> None:
+    caps = {n.key: True for n in NEEDS}
+    caps.update({"qdisc.red": False, "qdisc.netem": False, "cc.dctcp": False})
+    del caps["ovs"]  # not probed: unknown
+    caps["ecn"] = {"marking_auto": "bpf", "sch_red_reason": "no sch_red", "dctcp": "bpf", "dctcp_reason": "no module"}
+    rows = doctor_rows(caps)
+    by_what = {r[0]: r for r in rows}
+    assert len(rows) == len(NEEDS) + 2
+    assert all(len(r) == 4 and all(isinstance(c, str) for c in r) for r in rows)
+    assert by_what["HTB qdisc"] == ("HTB qdisc", "yes", "", "")
+    red = by_what["sch_red (RED with ECN)"]
+    assert red[1] == "MISSING"
+    assert "eBPF marker is used instead" in red[2] and "testbed vm" in red[3]
+    assert by_what["sch_netem"][1] == "MISSING" and "delay" in by_what["sch_netem"][2]
+    assert by_what["Open vSwitch kernel datapath"][1] == "unknown"
+    assert by_what["ECN marking implementation (auto)"] == (
+        "ECN marking implementation (auto)",
+        "bpf",
+        "no sch_red",
+        "",
+    )
+    assert by_what["DCTCP implementation"][1:3] == ("bpf", "no module")
+
+
+def test_doctor_rows_ecn_import_error() -> None:
+    rows = doctor_rows({"ecn": {"marking_auto": None, "error": "testbed.ecn failed to import: boom"}})
+    assert rows[-1] == ("testbed.ecn", "MISSING", "testbed.ecn failed to import: boom", "see the error")
+    assert all(r[1] == "unknown" for r in rows[: len(NEEDS)])  # an empty probe knows nothing
+
+
+def test_require() -> None:
+    require({"qdisc.htb": True}, "qdisc.htb", "shaping")
+    with pytest.raises(CapabilityError, match=r"link delay needs sch_netem, which this machine lacks \(stock kernel"):
+        require({"qdisc.netem": False}, "qdisc.netem", "link delay")
+    with pytest.raises(CapabilityError, match=r"needs thing\.x, which this machine lacks"):
+        require({}, "thing.x", "it")
+
+
+def test_prefix_and_netns_patterns() -> None:
+    assert ownership.PREFIX_RE.match("tb3fa2")
+    assert not ownership.PREFIX_RE.match("tb3FA2") and not ownership.PREFIX_RE.match("tb3fa")
+    m = ownership.NETNS_RE.match("tb3fa2-l1h2")
+    assert m and m.group(1) == "tb3fa2"
+    for other in ("tbprobe123", "tb3fa2", "xtb3fa2-l1", "tb3fa2-", "tb3fa2x-l1", "ecn-h1"):
+        assert not ownership.NETNS_RE.match(other), other
+
+
+def test_run_state_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ownership, "STATE_DIR", tmp_path)
+    st = ownership.RunState("tbabcd", 4242, 1.5)
+    st.save()
+    st.add("namespaces", "tbabcd-l1")
+    st.add("sysctls", {"key": "net.ipv4.tcp_ecn", "original": "2"})
+    assert st.path == tmp_path / "tbabcd.json"
+    back = ownership.RunState.load(st.path)
+    assert back == st
+    assert back.namespaces == ["tbabcd-l1"] and back.sysctls == [{"key": "net.ipv4.tcp_ecn", "original": "2"}]
+    assert not list(tmp_path.glob("*.tmp"))  # written through a rename
