@@ -121,9 +121,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+PASSTHROUGH = {"report": _report, "vm": _vm, "bench": _bench}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in PASSTHROUGH:  # these parse their own options (before or after positionals)
+        return _guarded(PASSTHROUGH[argv[0]], argparse.Namespace(rest=argv[1:]))
     args = parser().parse_args(argv)
-    fn: Callable[[argparse.Namespace], int] = args.fn
+    return _guarded(args.fn, args)
+
+
+def _guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
         return fn(args)
     except SpecError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -110,7 +111,12 @@ def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: fl
         scenario=scenario.raw,
         repeat_index=scenario.repeat_index,
         seed=scenario.seed,
-        extra={"description": scenario.description, "capabilities": caps, "tools": tool_versions()},
+        extra={
+            "description": scenario.description,
+            "capabilities": caps,
+            "tools": tool_versions(),
+            "guest": guest_environment(),
+        },
     )
     try:
         from testbed import fidelity
@@ -239,14 +245,39 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0) -> list[RunRes
     return results
 
 
-def run_main(args: argparse.Namespace) -> int:
-    if args.kernel:
-        from testbed.vm import run_in_guest
+def _in_guest(args: argparse.Namespace, kernel: str) -> int:
+    """Re-run this command inside a pinned stock kernel (testbed vm) and return its exit code."""
+    from testbed.vm import run_in_guest
 
-        argv = [sys.executable, "-m", "testbed", "run", args.scenario, "-o", args.out]
-        res = run_in_guest(argv, kernel=args.kernel, rwdirs=[str(Path(args.out).resolve())])
-        return int(res.rc)
+    argv = [
+        "/usr/bin/python3",
+        "-m",
+        "testbed",
+        "run",
+        str(Path(args.scenario).resolve()),
+        "-o",
+        str(Path(args.out).resolve()),
+    ]
+    argv += ["--no-report"] * bool(args.no_report) + ["--allow-unfaithful"] * bool(args.allow_unfaithful)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    res = run_in_guest(argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())])
+    print(f"guest kernel {res.kernel_version} ({res.accel}), booted in {res.boot_s:.1f} s, exit {res.rc}")
+    return int(res.rc)
+
+
+def guest_environment() -> dict[str, str] | None:
+    if not os.environ.get("TESTBED_GUEST"):
+        return None
+    return {k: v for k, v in os.environ.items() if k.startswith("TESTBED_GUEST")}
+
+
+def run_main(args: argparse.Namespace) -> int:
     sf = load_scenario_file(args.scenario)
+    if not os.environ.get("TESTBED_GUEST"):
+        if args.kernel:
+            return _in_guest(args, args.kernel)
+        if sf.base.kernel == "stock":
+            return _in_guest(args, "debian-6.1")
     out = Path(args.out)
     results = run_file(sf, out)
     for r in results:
