@@ -152,9 +152,12 @@ class FabricSpec:
             fab_data["rate"] = int(round(derived))
         fabric = LinkSpec.from_dict(fab_data, _sub(path, "fabric_link"), base=host)
 
-        overrides = tuple(
-            _parse_override(o, f"{path}.overrides[{i}]") for i, o in enumerate(data.get("overrides", []) or [])
-        )
+        raw_overrides = data.get("overrides", []) or []
+        if not isinstance(raw_overrides, list):  # a mapping or string would be iterated key by key / char by char
+            raise SpecError(
+                _sub(path, "overrides"), f"expected a list of overrides, got {type(raw_overrides).__name__}"
+            )
+        overrides = tuple(_parse_override(o, f"{path}.overrides[{i}]") for i, o in enumerate(raw_overrides))
         spec = replace(
             spec,
             host_link=host,

@@ -426,3 +426,9 @@ def test_overrides_apply_in_order_and_per_direction() -> None:
     assert port["l1h1->l1"].link.marking.mode == "off"
     assert spec.overrides[0].matches("s1", "l2") and spec.overrides[0].matches("l2", "s1")
     assert not spec.overrides[1].matches("l2", "s1")
+
+
+@pytest.mark.parametrize("value", [{"port": "l1->l1h1", "rate": "5Mbit"}, "l1->l1h1"])
+def test_overrides_must_be_a_list(value: Any) -> None:
+    # regression: a mapping was iterated key by key ("overrides[0]: expected a mapping, got str 'port'")
+    rejects(lambda: FabricSpec.from_dict({"overrides": value}), "fabric.overrides", "expected a list of overrides")
