@@ -44,8 +44,8 @@ def compute_routes(topo: Topology) -> dict[str, list[Route]]:
                 routes[name].append(Route(f"10.{topo.nodes[peer].pos[0]}.0.0/16", ((gw, dev),)))
         elif node.layer == "agg":
             for peer, gw, dev in down[name]:
-                p, e = topo.nodes[peer].pos[:2]
-                routes[name].append(Route(f"10.{p}.{e}.0/24", ((gw, dev),)))
+                pod, edge = topo.nodes[peer].pos[:2]
+                routes[name].append(Route(f"10.{pod}.{edge}.0/24", ((gw, dev),)))
             routes[name].append(Route("10.0.0.0/8", tuple(up[name])))
         elif node.layer == "core":
             for peer, gw, dev in down[name]:
