@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from testbed.capabilities import NEEDS, CapabilityError, doctor_rows, require
 
 
 def test_doctor_rows_from_canned_probe() -> None:
-    caps = {n.key: True for n in NEEDS}
+    caps: dict[str, Any] = {n.key: True for n in NEEDS}
     caps.update({"qdisc.red": False, "qdisc.netem": False, "cc.dctcp": False})
     del caps["ovs"]  # not probed: unknown
     caps["ecn"] = {"marking_auto": "bpf", "sch_red_reason": "no sch_red", "dctcp": "bpf", "dctcp_reason": "no module"}

@@ -161,7 +161,7 @@ def test_bad_sweeps(sweep: Any, path: str, reason: str) -> None:
 
 
 def test_sweep_into_a_list() -> None:
-    data = {
+    data: dict[str, Any] = {
         "name": "x",
         "fabric": {"overrides": [{"port": "l1->l1h1", "rate": "5Mbit"}]},
         "sweep": {"fabric.overrides.0.rate": ["1Mbit", "2Mbit"]},
