@@ -322,18 +322,27 @@ def evaluate(
 
 
 def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-    """``evaluate`` on a ``results.record.Run`` (anything with ``.manifest`` and ``.table(name)``).
+    """``evaluate`` on a run record: a directory path, or a ``results.record.Run`` (``.manifest``, ``.table``).
 
-    Without ``sampler_health``, reads ``sampler_health.json`` from the run directory or its ``raw/``, if there.
+    Ports come from ``manifest.fabric.ports``; the sampler's health from ``sampler_health`` if given, else the
+    manifest's ``sampler_health``, else ``sampler_health.json`` in the run directory or its ``raw/``.
+    ``packet_level`` defaults to the scenario's ``transport.gso_max_segs == 1``.
     """
+    if isinstance(run, (str, Path)):
+        from results.record import load_run
+
+        run = load_run(Path(run))
+    manifest = run.manifest
+    if sampler_health is None:
+        sampler_health = manifest.get("sampler_health")
     if sampler_health is None and getattr(run, "path", None) is not None:
         for cand in (Path(run.path) / "sampler_health.json", Path(run.path) / "raw" / "sampler_health.json"):
             if cand.exists():
                 sampler_health = json.loads(cand.read_text())
                 break
-    ports = (run.manifest.get("fabric") or {}).get("ports") or []
-    gso = int(((run.manifest.get("scenario") or {}).get("fabric") or {}).get("transport", {}).get("gso_max_segs", 1))
-    kw.setdefault("packet_level", gso == 1)
+    ports = (manifest.get("fabric") or {}).get("ports") or []
+    transport = ((manifest.get("scenario") or {}).get("fabric") or {}).get("transport") or {}
+    kw.setdefault("packet_level", int(transport.get("gso_max_segs", 1)) == 1)
     return evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)
 
 
@@ -343,3 +352,10 @@ def format_verdict(v: Mapping[str, Any]) -> str:
         mark = {True: "ok  ", False: "FAIL", None: "n/a "}[c["ok"]]
         lines.append(f"  {mark} {c['name']}: {c['reason']}")
     return "\n".join(lines)
+
+
+def preflight(fabric_spec: Any, workload: Any, caps: Mapping[str, Any] | None = None) -> list[str]:
+    """The pre-flight load estimate (``testbed.preflight.preflight``), here so callers need one module."""
+    from testbed.preflight import preflight as _preflight
+
+    return _preflight(fabric_spec, workload, dict(caps or {}))

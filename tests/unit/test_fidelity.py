@@ -302,3 +302,25 @@ def test_scale_rejects_bad_values():
 def test_no_scale_is_identity():
     raw = {"host_link": {"rate": "100Mbit"}}
     assert apply_scale(raw) == (raw, {})
+
+
+def test_evaluate_run_on_a_record_directory(tmp_path):
+    from results.record import RunRecord
+
+    rec = RunRecord.create(tmp_path, "overload", scenario={"fabric": {"transport": {"gso_max_segs": 1}}})
+    rec.update({"fabric": {"ports": PORTS}, "sampler_health": HEALTH})
+    with rec.table("queues") as q:
+        q.write_many(queue_trace(0.8))
+    with rec.table("cpu") as c:
+        c.write_many(cpu_trace(1.0))
+    v = evaluate_run(rec.path)
+    assert v["faithful"] is False
+    assert {c["name"] for c in v["checks"] if c["ok"] is False} == {"bottleneck_rate", "cpu_saturation"}
+    assert next(c for c in v["checks"] if c["name"] == "sampler")["ok"] is True
+
+
+def test_fidelity_preflight_reexport():
+    from testbed import fidelity
+
+    spec = _spec("1Gbit", 1500)
+    assert fidelity.preflight(spec, _ring(spec), {"cpus": 2})
