@@ -73,6 +73,9 @@ def red_params(marking: Marking, link: LinkSpec) -> dict[str, Any]:
             f"RED average (W=1/2); count-spaced marks with p_b={prob:.4g} give a mark rate of {pmax:g} at Kmax, "
             f"2*x*p_b/(1+x*p_b) between; all ECT above Kmax"
         )
+    if qmin < avpkt:  # tc finds no EWMA weight when min < avpkt; avpkt then only shapes the idle decay
+        avpkt = max(1, qmin)
+        fidelity += f"; avpkt lowered to {avpkt} B (tc needs min >= avpkt)"
     burst, wlog = smallest_weight_burst(qmin, avpkt)
     return {
         "limit": link.buffer_bytes,

@@ -57,8 +57,25 @@ class Net:
         nsx("r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
         node, dev = BOTTLENECK
         nsx(node, "tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
-        nsx(node, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", self.rate,
-            "ceil", self.rate, "quantum", "1514")
+        nsx(
+            node,
+            "tc",
+            "class",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            "1:",
+            "classid",
+            "1:1",
+            "htb",
+            "rate",
+            self.rate,
+            "ceil",
+            self.rate,
+            "quantum",
+            "1514",
+        )
         nsx(node, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", *self.leaf)
         nsx("s1", "ping", "-c1", "-W2", HOSTS["d"])
         nsx("s2", "ping", "-c1", "-W2", HOSTS["d"])
@@ -109,16 +126,41 @@ def netstat(node: str) -> dict[str, int]:
 
 def iperf_pair(seconds: float, omit: float = 1.0, extra: list[str] | None = None) -> list[dict]:
     """One iperf3 flow from each sender to d, simultaneously; returns both JSON results."""
-    servers = [subprocess.Popen(["nsenter", f"--net=/run/netns/{ns('d')}", "iperf3", "-s", "-1", "-p", str(p)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in (5201, 5202)]
+    servers = [
+        subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{ns('d')}", "iperf3", "-s", "-1", "-p", str(p)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in (5201, 5202)
+    ]
     try:
         deadline = time.time() + 5
         while time.time() < deadline and "5202" not in nsx("d", "ss", "-ltn").stdout:
             time.sleep(0.05)
-        clients = [subprocess.Popen(["nsenter", f"--net=/run/netns/{ns(h)}", "iperf3", "-c", HOSTS["d"], "-p", str(p),
-                                     "-t", str(seconds), "-O", str(omit), "-J", *(extra or [])],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                   for h, p in (("s1", 5201), ("s2", 5202))]
+        clients = [
+            subprocess.Popen(
+                [
+                    "nsenter",
+                    f"--net=/run/netns/{ns(h)}",
+                    "iperf3",
+                    "-c",
+                    HOSTS["d"],
+                    "-p",
+                    str(p),
+                    "-t",
+                    str(seconds),
+                    "-O",
+                    str(omit),
+                    "-J",
+                    *(extra or []),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for h, p in (("s1", 5201), ("s2", 5202))
+        ]
         outs = [c.communicate(timeout=seconds + 30) for c in clients]
         for c, (o, e) in zip(clients, outs, strict=True):
             assert c.returncode == 0, o[-400:] + e
@@ -130,9 +172,27 @@ def iperf_pair(seconds: float, omit: float = 1.0, extra: list[str] | None = None
 
 
 def capture(node: str, dev: str, pcap: Path, count: int, timeout: float) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["nsenter", f"--net=/run/netns/{ns(node)}", "timeout", str(timeout), "tcpdump", "-i",
-                             dev, "-s", "96", "-c", str(count), "-w", str(pcap), "-U", "ip"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            "nsenter",
+            f"--net=/run/netns/{ns(node)}",
+            "timeout",
+            str(timeout),
+            "tcpdump",
+            "-i",
+            dev,
+            "-s",
+            "96",
+            "-c",
+            str(count),
+            "-w",
+            str(pcap),
+            "-U",
+            "ip",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def percentile(xs: list[int], q: float) -> float:
