@@ -108,7 +108,7 @@ def test_choose_auto():
     assert choose_impl(m, RED_HERE) == "kernel"
     assert choose_impl(m, BPF_HERE) == "bpf"
     assert choose_impl(m, {"ecn": BPF_HERE}) == "bpf"  # nested under the capability probe's "ecn" key
-    with pytest.raises(EcnError, match=r"no ECN marking.*no sch_red.*marker not built"):
+    with pytest.raises(EcnError, match=r"no ECN marking.*sch_red is not in this kernel.*marker not built"):
         choose_impl(m, NOTHING)
 
 
