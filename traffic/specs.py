@@ -111,6 +111,18 @@ class JobBase:
     start_after: float = 0.0
     cc: str | None = None
 
+    def hosts_used(self) -> tuple[str, ...]:
+        """Every host this job names explicitly (``ranks: all`` names none), for the scenario's host check."""
+        out: list[str] = []
+        for key in ("src", "dst", "receiver", "senders", "workers", "servers", "stages", "ranks", "pairs"):
+            value = getattr(self, key, None)
+            if isinstance(value, str) and key not in ("ranks",) and value:
+                out.append(value)
+            elif isinstance(value, tuple):
+                for item in value:
+                    out.extend(item if isinstance(item, tuple) else (item,))
+        return tuple(dict.fromkeys(out))
+
 
 @dataclass(frozen=True)
 class RankedJob(JobBase):
@@ -362,6 +374,9 @@ def parse_job(data: Any, path: str) -> JobSpec:
         if ("on" in data) != ("off" in data):
             raise SpecError(_p(path, "on" if "on" not in data else "off"), "on and off go together")
         src, dst = _hosts(_p(path, "src"), [g("src"), g("dst")], 2)
+        for key in ("duration", "on"):  # iperf3 3.12 reads -t with atoi: 0.5 would mean "forever"
+            if key in data and not float(_conv(_p(path, key), parse_duration, data[key])).is_integer():
+                raise SpecError(_p(path, key), "iperf3 runs whole seconds only (its -t is an integer)")
         return IperfJob(
             **base,
             src=src,

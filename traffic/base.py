@@ -1,0 +1,139 @@
+"""The generator contract (docs/architecture.md) and what every generator shares.
+
+``check(caps)`` refuses before anything starts, ``start(ctx)`` spawns processes through ``ctx.procs`` (never
+blocks long), ``wait(timeout)`` raises ``GeneratorError`` with the failing process's stderr tail (or on timeout),
+``stop()`` is idempotent, ``parse(raw_dir)`` is a pure function of the files in ``raw_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from testbed.procs import Proc, ProcessGroup
+from testbed.spec import LinkSpec
+from testbed.topology import HostInfo
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = "/usr/bin/python3"
+Rows = dict[str, list[dict[str, Any]]]
+
+
+class GeneratorError(RuntimeError):
+    """A job that cannot run, failed or stalled; the message says which process and why."""
+
+
+@dataclass
+class RunContext:
+    """What a generator gets from the run: the built fabric's hosts, the process owner, where raw files go,
+    and the host link (rate, MTU, payload rate) for the ideal-time formulas."""
+
+    hosts: dict[str, HostInfo]
+    procs: ProcessGroup
+    raw_dir: Path
+    host_link: LinkSpec = field(default_factory=LinkSpec)
+
+    @property
+    def payload_Bps(self) -> float:
+        return self.host_link.payload_rate_bps / 8
+
+
+class Generator(Protocol):
+    name: str
+
+    def check(self, caps: dict[str, Any]) -> None: ...
+    def start(self, ctx: RunContext) -> None: ...
+    def wait(self, timeout: float) -> None: ...
+    def stop(self) -> None: ...
+    def parse(self, raw_dir: Path) -> Rows: ...
+
+
+def check_cc(caps: dict[str, Any], cc: str | None, job: str) -> None:
+    """A per-socket congestion control must exist in this kernel (the probe's ``cc.<name>`` key)."""
+    if cc is not None and caps.get(f"cc.{cc}") is False:
+        raise GeneratorError(f"job {job}: congestion control {cc} is not available in this kernel")
+
+
+def host(ctx: RunContext, name: str, job: str) -> HostInfo:
+    if name not in ctx.hosts:
+        raise GeneratorError(f"job {job}: host {name!r} is not in the fabric (hosts: {', '.join(sorted(ctx.hosts))})")
+    return ctx.hosts[name]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSON-lines file; a torn last line (a killed writer) is ignored."""
+    out = []
+    with open(path) as fh:
+        for line in fh:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+class ProcGenerator:
+    """Base of generators that run a set of processes to completion (servers, if any, are stopped at the end)."""
+
+    kind = ""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.procs: list[Proc] = []  # must exit 0 by themselves
+        self.servers: list[Proc] = []  # run until stopped
+        self.timeout = 60.0
+        self._started_at = 0.0
+
+    def check(self, caps: dict[str, Any]) -> None:
+        pass
+
+    def _spawn(self, ctx: RunContext, label: str, argv: list[str], netns: str, server: bool = False) -> Proc:
+        raw = ctx.raw_dir
+        proc = ctx.procs.spawn(
+            f"{self.name}:{label}",
+            argv,
+            netns=netns,
+            stdout=raw / f"{self.name}.{label}.out",
+            stderr=raw / f"{self.name}.{label}.err",
+            env={"PYTHONPATH": str(REPO)},
+            cwd=REPO,
+        )
+        (self.servers if server else self.procs).append(proc)
+        return proc
+
+    def _fail_if_dead_server(self) -> None:
+        for s in self.servers:
+            if s.poll() is not None:
+                raise GeneratorError(f"job {self.name}: {s.name} exited {s.returncode} early: {s.stderr_tail()}")
+
+    def wait(self, timeout: float) -> None:
+        """Wait for every client process; the first failure (or the deadline) fails the job with stderr."""
+        deadline = time.monotonic() + timeout
+        pending = list(self.procs)
+        while pending:
+            for p in list(pending):
+                rc = p.poll()
+                if rc is None:
+                    continue
+                pending.remove(p)
+                if rc != 0:
+                    self.stop()
+                    raise GeneratorError(f"job {self.name}: {p.name} exited {rc}: {p.stderr_tail() or '(no stderr)'}")
+            self._fail_if_dead_server()
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(p.name for p in pending)
+                self.stop()
+                raise GeneratorError(f"job {self.name}: timed out after {timeout:g} s waiting for {names}")
+            if pending:
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        for p in reversed(self.procs + self.servers):
+            if p.poll() is None:
+                try:
+                    p.stop(grace=1.0)
+                except TimeoutError:
+                    pass

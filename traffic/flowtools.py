@@ -1,0 +1,255 @@
+"""Small socket programs run in host namespaces: a latency probe and short-flow / incast senders and sink.
+
+``python3 -m traffic.flowtools CONFIG.json ROLE [INDEX]`` with ROLE one of
+- ``echo``: TCP/UDP echo server of the RTT probe (runs until stopped);
+- ``probe``: sends ``size``-byte requests at a fixed rate, records each round trip (JSON lines ``seq``,
+  ``t_send``, ``rtt_s``; ``rtt_s`` null for a UDP request not answered within 1 s);
+- ``sink``: receives short flows (a 12-byte header: flow id, size), acknowledges each with one byte; in incast
+  mode it also releases every round to all senders at once over a control connection, when the last round is
+  complete;
+- ``source``: sender ``INDEX`` of the config's flows: FCT = connect to acknowledgment (JSON lines ``flow``).
+Every socket has a timeout; an error ends the process non-zero with a message on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from typing import Any
+
+HDR = struct.Struct("!IQ")  # flow id, size
+PROBE = struct.Struct("!Id")  # seq, t_send
+
+
+def _tune(sock: socket.socket, cc: str | None) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if cc:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+
+
+def _recv_exact(sock: socket.socket, buf: memoryview) -> None:
+    got = 0
+    while got < len(buf):
+        k = sock.recv_into(buf[got:])
+        if k == 0:
+            raise ConnectionError("peer closed the connection")
+        got += k
+
+
+def _connect(ip: str, port: int, cc: str | None, deadline: float) -> socket.socket:
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        _tune(s, cc)
+        s.settimeout(2.0)
+        try:
+            s.connect((ip, port))
+            return s
+        except OSError:
+            s.close()
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def echo(cfg: dict[str, Any]) -> None:
+    port, size = cfg["port"], cfg["size"]
+    if cfg["proto"] == "udp":
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind(("0.0.0.0", port))
+        while True:
+            data, addr = u.recvfrom(65536)
+            u.sendto(data, addr)
+    lst = socket.create_server(("0.0.0.0", port), backlog=64)
+
+    def serve(c: socket.socket) -> None:
+        buf = memoryview(bytearray(size))
+        try:
+            while True:
+                _recv_exact(c, buf)
+                c.sendall(buf)
+        except (ConnectionError, OSError):
+            c.close()
+
+    while True:
+        c, _ = lst.accept()
+        _tune(c, cfg.get("cc"))
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+
+def probe(cfg: dict[str, Any], out: Any) -> None:
+    size, interval, dur = cfg["size"], cfg["interval"], cfg["duration"]
+    udp = cfg["proto"] == "udp"
+    if udp:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect((cfg["dst_ip"], cfg["port"]))
+        s.settimeout(1.0)
+    else:
+        s = _connect(cfg["dst_ip"], cfg["port"], cfg.get("cc"), time.time() + 10)
+        s.settimeout(5.0)
+    buf = bytearray(max(size, PROBE.size))
+    view = memoryview(buf)
+    t0 = time.time()
+    seq = 0
+    while True:
+        t_next = t0 + seq * interval
+        if t_next > t0 + dur:
+            break
+        delay = t_next - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        ts = time.time()
+        PROBE.pack_into(buf, 0, seq, ts)
+        rtt: float | None
+        if udp:
+            s.send(view)
+            try:
+                while True:  # drop late answers of earlier requests
+                    n = s.recv_into(view)
+                    if n >= PROBE.size and PROBE.unpack_from(buf, 0)[0] == seq:
+                        break
+                rtt = time.time() - ts
+            except TimeoutError:
+                rtt = None
+        else:
+            s.sendall(view)
+            _recv_exact(s, view)
+            rtt = time.time() - ts
+        out.write(json.dumps({"type": "rtt", "seq": seq, "t_send": ts, "rtt_s": rtt}) + "\n")
+        seq += 1
+
+
+def sink(cfg: dict[str, Any]) -> None:
+    port, incast = cfg["port"], cfg["mode"] == "incast"
+    lst = socket.create_server(("0.0.0.0", port), backlog=1024)
+    done = threading.Condition()
+    finished: dict[int, int] = {}  # round -> flows complete
+
+    def serve(c: socket.socket) -> None:
+        c.settimeout(cfg["timeout"])
+        hdr = memoryview(bytearray(HDR.size))
+        _recv_exact(c, hdr)
+        fid, size = HDR.unpack(hdr)
+        buf = memoryview(bytearray(min(size, 1 << 20) or 1))
+        left = size
+        while left:
+            k = c.recv_into(buf[: min(left, len(buf))])
+            if k == 0:
+                raise ConnectionError(f"flow {fid} closed early")
+            left -= k
+        c.sendall(b"A")
+        c.close()
+        rnd = cfg["round_of"].get(str(fid), 0)
+        with done:
+            finished[rnd] = finished.get(rnd, 0) + 1
+            done.notify_all()
+
+    def acceptor() -> None:
+        while True:
+            c, _ = lst.accept()
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=acceptor, daemon=True).start()
+    if not incast:
+        while True:
+            time.sleep(3600)
+    ctl = socket.create_server(("0.0.0.0", port + 1), backlog=256)
+    ctl.settimeout(cfg["timeout"])
+    senders = []
+    for _ in range(cfg["senders"]):
+        c, _ = ctl.accept()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        senders.append(c)
+    for rnd in range(cfg["rounds"]):
+        for c in senders:
+            c.sendall(b"G")
+        deadline = time.time() + cfg["timeout"]
+        with done:
+            while finished.get(rnd, 0) < cfg["senders"]:
+                if not done.wait(max(0.0, deadline - time.time())):
+                    raise TimeoutError(f"incast round {rnd} did not complete")
+    while True:
+        time.sleep(3600)
+
+
+def source(cfg: dict[str, Any], index: int, out: Any) -> None:
+    flows = cfg["flows"][index]  # [[flow id, size, round], ...]
+    ip, port, cc, timeout = cfg["dst_ip"], cfg["port"], cfg.get("cc"), cfg["timeout"]
+    payload = memoryview(bytearray(max((f[1] for f in flows), default=1)))
+    lock = threading.Lock()
+    deadline = time.time() + timeout
+
+    def one(fid: int, size: int) -> None:
+        ts = time.time()
+        s = _connect(ip, port, cc, deadline)
+        s.settimeout(timeout)
+        s.sendall(HDR.pack(fid, size))
+        s.sendall(payload[:size])
+        ack = memoryview(bytearray(1))
+        _recv_exact(s, ack)
+        te = time.time()
+        s.close()
+        with lock:
+            out.write(json.dumps({"type": "flow", "flow_id": fid, "size": size, "t_start": ts, "t_end": te}) + "\n")
+
+    if cfg["mode"] == "incast":
+        ctl = _connect(ip, port + 1, None, deadline)
+        ctl.settimeout(timeout)
+        go = memoryview(bytearray(1))
+        for fid, size, _rnd in flows:
+            _recv_exact(ctl, go)
+            one(fid, size)
+        return
+    queue = list(flows)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue or errors:
+                    return
+                fid, size, _rnd = queue.pop(0)
+            try:
+                one(fid, size)
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(cfg["concurrency"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.time()))
+        if t.is_alive():
+            raise TimeoutError(f"short flows did not finish within {timeout:g} s")
+    if errors:
+        raise errors[0]
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as fh:
+        cfg = json.load(fh)
+    role = argv[1]
+    if role == "echo":
+        echo(cfg)
+    elif role == "sink":
+        sink(cfg)
+    else:
+        index = int(argv[2]) if len(argv) > 2 else 0
+        with open(cfg["out"].format(index=index), "w") as out:
+            if role == "probe":
+                probe(cfg["probes"][index], out)
+            else:
+                source(cfg, index, out)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except Exception as exc:
+        print(f"traffic.flowtools: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)

@@ -1,0 +1,135 @@
+"""iperf3 background flows driven through its JSON output (``-J``), parsed into flows.csv / flow_samples.csv.
+
+One server (``iperf3 -s``) in dst's namespace; one client loop in src's namespace running ``cycles`` clients of
+``on`` seconds separated by ``off`` seconds (one cycle of ``duration`` seconds for a long-lived flow). Each cycle
+writes ``<job>.c<i>.json`` (iperf3's JSON) and ``<job>.c<i>.t0`` (the shared clock just before the client ran),
+so ``parse`` turns iperf3's relative times into epoch seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from traffic.base import GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host
+from traffic.specs import IperfJob
+
+IPERF = "iperf3"
+LOOP = (
+    'n=$1; on=$2; off=$3; pre=$4; shift 4; i=0; while [ "$i" -lt "$n" ]; do '
+    'date +%s.%N > "$pre.c$i.t0"; iperf3 "$@" -t "$on" --logfile "$pre.c$i.json" || exit $?; '
+    'i=$((i+1)); if [ "$i" -lt "$n" ]; then sleep "$off"; fi; done'
+)
+
+
+class IperfGenerator(ProcGenerator):
+    def __init__(self, spec: IperfJob, index: int):
+        super().__init__(spec.name)
+        self.spec = spec
+        self.port = 5201 + index
+        self.timeout = spec.duration + 30
+
+    def cycles(self) -> tuple[int, float, float]:
+        s = self.spec
+        if s.on is None or s.off is None:
+            return 1, s.duration, 0.0
+        return max(1, math.floor((s.duration + s.off) / (s.on + s.off))), s.on, s.off
+
+    def check(self, caps: dict[str, Any]) -> None:
+        check_cc(caps, self.spec.cc, self.name)
+        if caps.get("tool.iperf3") is False:
+            raise GeneratorError(f"job {self.name}: iperf3 is not installed (apt install iperf3)")
+
+    def client_argv(self, dst_ip: str) -> list[str]:
+        s = self.spec
+        argv = [IPERF, "-c", dst_ip, "-p", str(self.port), "-J", "-i", f"{s.interval:g}", "-P", str(s.parallel)]
+        argv += ["--connect-timeout", "3000"]
+        if s.proto == "udp":
+            argv += ["-u", "-b", str(s.rate_bps)]
+        elif s.rate_bps:
+            argv += ["-b", str(s.rate_bps)]
+        if s.cc and s.proto == "tcp":
+            argv += ["-C", s.cc]
+        return argv
+
+    def start(self, ctx: RunContext) -> None:
+        src, dst = host(ctx, self.spec.src, self.name), host(ctx, self.spec.dst, self.name)
+        self._spawn(ctx, "server", [IPERF, "-s", "-p", str(self.port)], dst.netns, server=True)
+        n, on, off = self.cycles()
+        pre = str(ctx.raw_dir / self.name)
+        meta = {"job": self.name, "src": src.name, "dst": dst.name, "proto": self.spec.proto, "cycles": n}
+        (ctx.raw_dir / f"{self.name}.iperf.json").write_text(json.dumps(meta))
+        # the server needs a moment to listen: the client's --connect-timeout and a retry loop cover it
+        argv = ["sh", "-c", "sleep 0.2; " + LOOP, "sh", str(n), f"{on:g}", f"{off:g}", pre, *self.client_argv(dst.ip)]
+        self._spawn(ctx, "client", argv, src.netns)
+
+    def parse(self, raw_dir: Path) -> Rows:
+        return parse_iperf(raw_dir, self.name)
+
+
+def parse_iperf(raw_dir: Path, job: str) -> Rows:
+    """Pure: flows and flow_samples rows from ``<job>.iperf.json`` and the per-cycle iperf3 JSON files."""
+    meta = json.loads((raw_dir / f"{job}.iperf.json").read_text())
+    flows: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
+    for c in range(meta["cycles"]):
+        path = raw_dir / f"{job}.c{c}.json"
+        if not path.exists():
+            raise GeneratorError(f"job {job}: cycle {c} left no iperf3 output ({path.name})")
+        data = json.loads(path.read_text())
+        if "error" in data:
+            raise GeneratorError(f"job {job}: iperf3 cycle {c}: {data['error']}")
+        t0 = float((raw_dir / f"{job}.c{c}.t0").read_text().strip())
+        rows, smp = iperf_rows(data, job, c, t0, meta)
+        flows += rows
+        samples += smp
+    return {"flows": flows, "flow_samples": samples}
+
+
+def iperf_rows(
+    data: dict[str, Any], job: str, cycle: int, t0: float, meta: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One flows row per stream (goodput from the receiver's byte count) and one sample per stream interval."""
+    udp = meta["proto"] == "udp"
+    conns = {c["socket"]: c for c in data["start"]["connected"]}
+    flows, samples = [], []
+    for st in data["end"]["streams"]:
+        side = st["udp"] if udp else st["receiver"]
+        sock = side["socket"]
+        conn = conns[sock]
+        fid = f"{job}.c{cycle}.s{sock}"
+        got = side["bytes"] * (1 - side.get("lost_percent", 0) / 100) if udp else side["bytes"]
+        seconds = side["seconds"] or 1e-9
+        flows.append(
+            {
+                "job": job,
+                "flow_id": fid,
+                "src": meta["src"],
+                "dst": meta["dst"],
+                "proto": meta["proto"],
+                "sport": conn["local_port"],
+                "dport": conn["remote_port"],
+                "bytes": int(got),
+                "t_start": t0 + side["start"],
+                "t_end": t0 + side["end"],
+                "goodput_bps": got * 8 / seconds,
+                "retrans": "" if udp else st["sender"].get("retransmits", 0),
+                "path": "",
+            }
+        )
+    for iv in data["intervals"]:
+        for st in iv["streams"]:
+            samples.append(
+                {
+                    "job": job,
+                    "flow_id": f"{job}.c{cycle}.s{st['socket']}",
+                    "t": t0 + st["end"],
+                    "bytes": st["bytes"],
+                    "cwnd": st.get("snd_cwnd", ""),
+                    "rtt_us": st.get("rtt", ""),
+                    "retrans": st.get("retransmits", ""),
+                }
+            )
+    return flows, samples

@@ -1,0 +1,171 @@
+"""Generators of the latency probe (rtt.csv) and of short flows / incast (fct.csv), over traffic.flowtools."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from testbed.units import format_bytes
+from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
+from traffic.specs import RttProbeJob, ShortFlowsJob
+
+TOOL = [PYTHON, "-m", "traffic.flowtools"]
+
+
+class RttProbeGenerator(ProcGenerator):
+    """One echo server per distinct destination, one probe client per [src, dst] pair."""
+
+    def __init__(self, spec: RttProbeJob, index: int):
+        super().__init__(spec.name)
+        self.spec = spec
+        self.port = 7000 + 10 * index
+        self.timeout = spec.duration + 20
+
+    def check(self, caps: dict[str, Any]) -> None:
+        check_cc(caps, self.spec.cc, self.name)
+
+    def start(self, ctx: RunContext) -> None:
+        s = self.spec
+        probes = []
+        for src, dst in s.pairs:
+            host(ctx, src, self.name)
+            probes.append(
+                {
+                    "src": src,
+                    "dst": dst,
+                    "dst_ip": host(ctx, dst, self.name).ip,
+                    "port": self.port,
+                    "size": s.size,
+                    "interval": s.interval,
+                    "duration": s.duration,
+                    "proto": s.proto,
+                    "cc": s.cc,
+                }
+            )
+        cfg = {
+            "job": s.name,
+            "port": self.port,
+            "size": s.size,
+            "proto": s.proto,
+            "cc": s.cc,
+            "probes": probes,
+            "out": str(ctx.raw_dir / f"{s.name}.probe{{index}}.jsonl"),
+        }
+        path = ctx.raw_dir / f"{s.name}.config.json"
+        path.write_text(json.dumps(cfg, indent=1))
+        for dst in sorted({d for _, d in s.pairs}):
+            self._spawn(ctx, f"echo-{dst}", [*TOOL, str(path), "echo"], ctx.hosts[dst].netns, server=True)
+        for i, (src, _) in enumerate(s.pairs):
+            self._spawn(
+                ctx,
+                f"probe{i}",
+                ["sh", "-c", 'sleep 0.3; exec "$@"', "sh", *TOOL, str(path), "probe", str(i)],
+                ctx.hosts[src].netns,
+            )
+
+    def parse(self, raw_dir: Path) -> Rows:
+        return parse_rtt(raw_dir, self.name)
+
+
+def parse_rtt(raw_dir: Path, job: str) -> Rows:
+    """Pure: one rtt.csv row per request (rtt_s empty when a UDP request went unanswered)."""
+    cfg = json.loads((raw_dir / f"{job}.config.json").read_text())
+    rows = []
+    for i, p in enumerate(cfg["probes"]):
+        for rec in read_jsonl(raw_dir / f"{job}.probe{i}.jsonl"):
+            rows.append(
+                {
+                    "job": job,
+                    "src": p["src"],
+                    "dst": p["dst"],
+                    "seq": rec["seq"],
+                    "t_send": rec["t_send"],
+                    "rtt_s": "" if rec["rtt_s"] is None else rec["rtt_s"],
+                }
+            )
+    return {"rtt": rows}
+
+
+def draw_flows(spec: ShortFlowsJob) -> list[list[list[int]]]:
+    """Per sender, its flows as [flow id, size, round], sizes drawn from the weighted distribution with the
+    job's seed (deterministic). Incast: ``count`` rounds, one flow per sender per round."""
+    rng = random.Random(spec.seed)
+    sizes = [s for s, _ in spec.sizes]
+    weights = [w for _, w in spec.sizes]
+    out: list[list[list[int]]] = [[] for _ in spec.senders]
+    fid = 0
+    for rnd in range(spec.count):
+        for i in range(len(spec.senders)):
+            out[i].append([fid, rng.choices(sizes, weights)[0], rnd if spec.kind == "incast" else 0])
+            fid += 1
+    return out
+
+
+class ShortFlowsGenerator(ProcGenerator):
+    def __init__(self, spec: ShortFlowsJob, index: int):
+        super().__init__(spec.name)
+        self.spec = spec
+        self.port = 9000 + 10 * index
+        self.timeout = spec.timeout
+
+    def check(self, caps: dict[str, Any]) -> None:
+        check_cc(caps, self.spec.cc, self.name)
+
+    def start(self, ctx: RunContext) -> None:
+        s = self.spec
+        recv = host(ctx, s.receiver, self.name)
+        senders = [host(ctx, h, self.name) for h in s.senders]
+        flows = draw_flows(s)
+        cfg = {
+            "job": s.name,
+            "mode": s.kind,
+            "port": self.port,
+            "dst": recv.name,
+            "dst_ip": recv.ip,
+            "cc": s.cc,
+            "senders": len(senders),
+            "sender_names": [h.name for h in senders],
+            "rounds": s.count,
+            "concurrency": s.concurrency,
+            "timeout": s.timeout,
+            "flows": flows,
+            "round_of": {str(f[0]): f[2] for fl in flows for f in fl},
+            "out": str(ctx.raw_dir / f"{s.name}.src{{index}}.jsonl"),
+        }
+        path = ctx.raw_dir / f"{s.name}.config.json"
+        path.write_text(json.dumps(cfg))
+        self._spawn(ctx, "sink", [*TOOL, str(path), "sink"], recv.netns, server=True)
+        for i, h in enumerate(senders):
+            self._spawn(
+                ctx, f"src{i}", ["sh", "-c", 'sleep 0.3; exec "$@"', "sh", *TOOL, str(path), "source", str(i)], h.netns
+            )
+
+    def parse(self, raw_dir: Path) -> Rows:
+        return parse_fct(raw_dir, self.name)
+
+
+def parse_fct(raw_dir: Path, job: str) -> Rows:
+    """Pure: one fct.csv row per completed flow; size_class is the flow's size (e.g. ``100KB``)."""
+    cfg = json.loads((raw_dir / f"{job}.config.json").read_text())
+    rows = []
+    for i, name in enumerate(cfg["sender_names"]):
+        path = raw_dir / f"{job}.src{i}.jsonl"
+        if not path.exists():
+            raise GeneratorError(f"job {job}: sender {name} wrote no records")
+        for rec in read_jsonl(path):
+            rows.append(
+                {
+                    "job": job,
+                    "flow_id": rec["flow_id"],
+                    "src": name,
+                    "dst": cfg["dst"],
+                    "size_bytes": rec["size"],
+                    "t_start": rec["t_start"],
+                    "t_end": rec["t_end"],
+                    "size_class": format_bytes(rec["size"]),
+                }
+            )
+    rows.sort(key=lambda r: r["flow_id"])
+    return {"fct": rows}

@@ -1,0 +1,212 @@
+"""Generators of the rank-based jobs (collectives, parameter server, pipeline): one traffic.worker per rank.
+
+``start`` writes ``<job>.config.json`` into the raw directory (everything ``parse`` needs: ranks with their hosts,
+sizes, the link payload rate) and spawns one worker per rank in its host's namespace. ``parse`` reads the config
+and the ``<job>.rank<r>.jsonl`` files and returns rows of iterations.csv, steps.csv (pipeline: pipeline.csv) and
+worker_cpu.csv.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from testbed.topology import HostInfo
+from traffic import formulas
+from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
+from traffic.specs import CollectiveJob, PipelineJob, PsJob
+
+
+def resolve_ranks(ranks: str | tuple[str, ...], hosts: dict[str, HostInfo], job: str) -> list[HostInfo]:
+    """``all``: fabric order; ``one_per_leaf``: each leaf's first host; ``leaf_interleaved``: round-robin across
+    leaves (every ring neighbour on another leaf); or the listed hosts in that order."""
+    if isinstance(ranks, tuple):
+        return [hosts[h] if h in hosts else _unknown(h, hosts, job) for h in ranks]
+    by_leaf: dict[str, list[HostInfo]] = {}
+    for h in hosts.values():
+        by_leaf.setdefault(h.leaf, []).append(h)
+    if ranks == "all":
+        return list(hosts.values())
+    if ranks == "one_per_leaf":
+        return [g[0] for g in by_leaf.values()]
+    groups = list(by_leaf.values())
+    return [g[i] for i in range(max(len(g) for g in groups)) for g in groups if i < len(g)]
+
+
+def _unknown(name: str, hosts: dict[str, HostInfo], job: str) -> HostInfo:
+    raise GeneratorError(f"job {job}: host {name!r} is not in the fabric (hosts: {', '.join(sorted(hosts))})")
+
+
+class RankedGenerator(ProcGenerator):
+    """Runs a CollectiveJob, PsJob or PipelineJob; ``index`` (the job's place in the workload) picks its ports."""
+
+    def __init__(self, spec: CollectiveJob | PsJob | PipelineJob, index: int):
+        super().__init__(spec.name)
+        self.spec = spec
+        self.port = 20000 + 10 * index
+        self.timeout = spec.timeout
+
+    def check(self, caps: dict[str, Any]) -> None:
+        check_cc(caps, self.spec.cc, self.name)
+        s = self.spec
+        hd = isinstance(s, CollectiveJob) and s.algorithm == "halving_doubling"
+        if hd and isinstance(s.ranks, tuple) and len(s.ranks) & (len(s.ranks) - 1):
+            raise GeneratorError(f"job {self.name}: halving_doubling needs a power-of-two number of ranks")
+
+    def members(self, ctx: RunContext) -> list[HostInfo]:
+        s = self.spec
+        if isinstance(s, PsJob):
+            return [host(ctx, h, self.name) for h in (*s.workers, *s.servers)]
+        if isinstance(s, PipelineJob):
+            return [host(ctx, h, self.name) for h in s.stages]
+        ranks = resolve_ranks(s.ranks, ctx.hosts, self.name)
+        if len(ranks) < 2:
+            raise GeneratorError(f"job {self.name}: a collective needs at least 2 ranks, got {len(ranks)}")
+        if s.algorithm == "halving_doubling" and len(ranks) & (len(ranks) - 1):
+            raise GeneratorError(f"job {self.name}: halving_doubling needs a power-of-two number of ranks")
+        return ranks
+
+    def config(self, ctx: RunContext) -> dict[str, Any]:
+        s = self.spec
+        ranks = self.members(ctx)
+        cfg: dict[str, Any] = {
+            "job": s.name,
+            "kind": s.kind,
+            "hosts": [{"name": h.name, "ip": h.ip, "leaf": h.leaf} for h in ranks],
+            "leaves": [h.leaf for h in ranks],
+            "port": self.port,
+            "iterations": s.iterations,
+            "warmup": s.warmup,
+            "compute_gap": s.compute_gap,
+            "timeout": s.timeout,
+            "cc": s.cc,
+            "payload_Bps": ctx.payload_Bps,
+            "out": str(ctx.raw_dir / f"{s.name}.rank{{rank}}.jsonl"),
+        }
+        if isinstance(s, CollectiveJob):
+            cfg.update(algorithm=s.algorithm, size=s.size, wire_size=s.wire_size, slice=s.slice, bucket=s.bucket)
+        elif isinstance(s, PsJob):
+            cfg.update(algorithm="sharded", workers=len(s.workers), servers=len(s.servers), size=s.size, slice=s.slice)
+        else:
+            cfg.update(algorithm=s.schedule, size=s.activation)
+            cfg["pipeline"] = {
+                "microbatches": s.microbatches,
+                "activation": s.activation,
+                "gradient": s.gradient,
+                "compute": s.compute,
+                "compute_bwd": s.compute_bwd,
+                "schedule": s.schedule,
+            }
+        return cfg
+
+    def start(self, ctx: RunContext) -> None:
+        cfg = self.config(ctx)
+        path = ctx.raw_dir / f"{self.name}.config.json"
+        path.write_text(json.dumps(cfg, indent=1))
+        for r, h in enumerate(self.members(ctx)):
+            self._spawn(ctx, f"rank{r}", [PYTHON, "-m", "traffic.worker", str(path), str(r)], h.netns)
+
+    def parse(self, raw_dir: Path) -> Rows:
+        return parse_ranked(raw_dir, self.name)
+
+
+def _ideal(cfg: dict[str, Any]) -> tuple[float, float | None]:
+    n, rate, kind = len(cfg["hosts"]), cfg["payload_Bps"], cfg["kind"]
+    if kind == "ps":
+        return formulas.ps_ideal_time(cfg["workers"], cfg["servers"], cfg["size"], rate), None
+    if kind == "pipeline":
+        p = cfg["pipeline"]
+        return formulas.pipeline_ideal_time(n, p["microbatches"], p["compute"], p["compute_bwd"]), None
+    ideal = formulas.ideal_time(kind, cfg["algorithm"], n, cfg["wire_size"], rate, cfg["leaves"])
+    return ideal, formulas.busbw_factor(kind, n)
+
+
+def parse_ranked(raw_dir: Path, job: str) -> Rows:
+    """Pure: rows of iterations, steps (or pipeline) and worker_cpu from a job's config and rank files."""
+    cfg = json.loads((raw_dir / f"{job}.config.json").read_text())
+    names = [h["name"] for h in cfg["hosts"]]
+    ideal, factor = _ideal(cfg)
+    iters: dict[int, dict[str, Any]] = {}
+    steps: list[dict[str, Any]] = []
+    pipe: list[dict[str, Any]] = []
+    cpu: list[dict[str, Any]] = []
+    seen = Counter[int]()
+    for r, name in enumerate(names):
+        path = raw_dir / f"{job}.rank{r}.jsonl"
+        if not path.exists():
+            raise GeneratorError(f"job {job}: rank {r} ({name}) wrote no records ({path.name} missing)")
+        for rec in read_jsonl(path):
+            t = rec["type"]
+            if t == "iter":
+                it = iters.setdefault(rec["iter"], {"warmup": rec["warmup"], "t_start": rec["t_start"], "t_end": 0.0})
+                it["t_start"] = min(it["t_start"], rec["t_start"])
+                it["t_end"] = max(it["t_end"], rec["t_end"])
+                seen[rec["iter"]] += 1
+            elif t == "step" and cfg["kind"] == "pipeline":
+                mb, back = divmod(rec["step"], 2)
+                peer = names[rec["peer"]] if rec["peer"] >= 0 else ""
+                pipe.append(
+                    {
+                        "job": job,
+                        "iter": rec["iter"],
+                        "stage": r,
+                        "microbatch": mb,
+                        "phase": "bwd" if back else "fwd",
+                        "op": rec["op"],
+                        "peer": peer,
+                        "t_start": rec["t_start"],
+                        "t_end": rec["t_end"],
+                        "bytes": rec["bytes"],
+                    }
+                )
+            elif t == "step":
+                steps.append(
+                    {
+                        "job": job,
+                        "iter": rec["iter"],
+                        "rank": name,
+                        "step": rec["step"],
+                        "op": rec["op"],
+                        "peer": names[rec["peer"]],
+                        "t_start": rec["t_start"],
+                        "t_end": rec["t_end"],
+                        "bytes": rec["bytes"],
+                    }
+                )
+            elif t == "cpu":
+                cpu.append({"job": job, "rank": r, "host": name, "cpu_s": rec["cpu_s"], "wall_s": rec["wall_s"]})
+    size = cfg["wire_size"] if "wire_size" in cfg else cfg["size"]
+    rows = [
+        {
+            "job": job,
+            "kind": cfg["kind"],
+            "algorithm": cfg["algorithm"],
+            "iter": i,
+            "warmup": int(v["warmup"]),
+            "t_start": v["t_start"],
+            "t_end": v["t_end"],
+            "size_bytes": size,
+            "ranks": len(names),
+            "ideal_s": ideal,
+            "busbw_factor": factor if factor is not None else "",
+        }
+        for i, v in sorted(iters.items())
+        if seen[i] == len(names)  # an iteration some rank never finished is not one
+    ]
+    out: Rows = {"iterations": rows, "worker_cpu": cpu}
+    out["pipeline" if cfg["kind"] == "pipeline" else "steps"] = pipe if cfg["kind"] == "pipeline" else steps
+    return out
+
+
+def bubble_fraction(pipeline_rows: list[dict[str, Any]], it: int) -> float:
+    """Measured bubble of one pipeline iteration: 1 - (compute busy time summed over stages) / (stages x makespan),
+    the makespan running from the first to the last compute of any stage."""
+    comp = [r for r in pipeline_rows if r["op"] == "compute" and r["iter"] == it]
+    if not comp:
+        raise ValueError(f"no compute records for iteration {it}")
+    stages = {r["stage"] for r in comp}
+    span = max(r["t_end"] for r in comp) - min(r["t_start"] for r in comp)
+    busy = sum(r["t_end"] - r["t_start"] for r in comp)
+    return float(1.0 - busy / (len(stages) * span))

@@ -1,0 +1,105 @@
+"""A scenario's workload: one generator per job, started at their ``start_after`` offsets, waited with timeouts.
+
+``run_workload(jobs, ctx, caps, timeout)`` checks every generator before starting any, starts them in
+``start_after`` order, waits for all (the first failure stops every generator and raises ``GeneratorError``),
+stops them and returns the merged tables (name -> rows) parsed from the raw directory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from traffic.base import Generator, GeneratorError, Rows, RunContext
+from traffic.iperf import IperfGenerator
+from traffic.probes import RttProbeGenerator, ShortFlowsGenerator
+from traffic.ranked import RankedGenerator
+from traffic.scapy_train import ScapyTrainGenerator
+from traffic.specs import (
+    CollectiveJob,
+    IperfJob,
+    JobSpec,
+    PipelineJob,
+    PsJob,
+    RttProbeJob,
+    ScapyTrainJob,
+    ShortFlowsJob,
+)
+
+
+def make_generator(spec: JobSpec, index: int) -> Generator:
+    """The generator of one job; ``index`` is its place in the workload (it picks distinct ports)."""
+    if isinstance(spec, (CollectiveJob, PsJob, PipelineJob)):
+        return RankedGenerator(spec, index)
+    if isinstance(spec, IperfJob):
+        return IperfGenerator(spec, index)
+    if isinstance(spec, RttProbeJob):
+        return RttProbeGenerator(spec, index)
+    if isinstance(spec, ShortFlowsJob):
+        return ShortFlowsGenerator(spec, index)
+    if isinstance(spec, ScapyTrainJob):
+        return ScapyTrainGenerator(spec, index)
+    raise GeneratorError(f"no generator for job kind {spec.kind}")
+
+
+def merge(into: Rows, rows: Rows) -> None:
+    for table, items in rows.items():
+        into.setdefault(table, []).extend(items)
+
+
+def parse_all(gens: Sequence[Generator], raw_dir: Path) -> Rows:
+    tables: Rows = {}
+    for g in gens:
+        merge(tables, g.parse(raw_dir))
+    return tables
+
+
+def run_workload(
+    jobs: Sequence[JobSpec],
+    ctx: RunContext,
+    caps: dict[str, Any],
+    timeout: float,
+    on_event: Callable[[str, str], None] | None = None,
+) -> Rows:
+    """Run every job to completion within ``timeout`` seconds; return the merged tables."""
+    event = on_event or (lambda kind, detail: None)
+    gens = [make_generator(job, i) for i, job in enumerate(jobs)]
+    for g in gens:
+        g.check(caps)
+    ctx.raw_dir.mkdir(parents=True, exist_ok=True)
+    order = sorted(zip(jobs, gens), key=lambda jg: jg[0].start_after)
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    started: list[Generator] = []
+    try:
+        for job, g in order:
+            delay = t0 + job.start_after - time.monotonic()
+            if delay > 0:
+                _wait_started(started, delay)
+            g.start(ctx)
+            started.append(g)
+            event("started", job.name)
+        for job, g in zip(jobs, gens):
+            g.wait(max(0.0, min(deadline, time.monotonic() + getattr(g, "timeout", timeout)) - time.monotonic()))
+            event("finished", job.name)
+    except BaseException as exc:
+        event("failed", str(exc))
+        for g in reversed(started):
+            g.stop()
+        raise
+    for g in reversed(started):
+        g.stop()
+    return parse_all(gens, ctx.raw_dir)
+
+
+def _wait_started(started: list[Generator], delay: float) -> None:
+    """Sleep ``delay`` s, but fail early if a generator already running has failed (wait(0) raises then)."""
+    end = time.monotonic() + delay
+    while time.monotonic() < end:
+        for g in started:
+            procs = getattr(g, "procs", [])
+            if any(p.poll() not in (None, 0) for p in procs):
+                g.wait(0)
+        time.sleep(min(0.05, max(0.0, end - time.monotonic())))
