@@ -61,11 +61,17 @@ def build_schedule(cfg: dict[str, Any]) -> Schedule:
         cfg.get("leaves"),
         cfg.get("bucket", 1),
         cfg.get("compute_gap", 0.0),
+        cfg.get("window"),
     )
 
 
-def _tune(sock: socket.socket, cc: str | None) -> None:
+TCP_NOTSENT_LOWAT = 25  # socket.TCP_NOTSENT_LOWAT is missing from Python 3.11's socket module
+
+
+def _tune(sock: socket.socket, cc: str | None, lowat: int | None = None) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if lowat:  # sendall returns once at most this much is unsent, so a "sent" token means nearly on the wire
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, lowat)
     if cc:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
 
@@ -83,7 +89,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: float) -> dict[int, socket.socket]:
     """One TCP connection per peer: connect to higher ranks' listeners, accept lower ones (each says its rank)."""
-    hosts, port, cc = cfg["hosts"], cfg["port"], cfg.get("cc")
+    hosts, port, cc, lowat = cfg["hosts"], cfg["port"], cfg.get("cc"), cfg.get("notsent_lowat")
     lst = socket.create_server(("0.0.0.0", hosts[rank].get("port", port)), backlog=64)
     lst.settimeout(max(0.1, deadline - time.time()))
     socks: dict[int, socket.socket] = {}
@@ -91,7 +97,7 @@ def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: flo
         while True:
             try:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                _tune(s, cc)
+                _tune(s, cc, lowat)
                 s.settimeout(1.0)
                 s.connect((hosts[p]["ip"], hosts[p].get("port", port)))
                 break
@@ -105,7 +111,7 @@ def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: flo
     need = {x for x in peers if x < rank}
     while need:
         s, _ = lst.accept()
-        _tune(s, cc)
+        _tune(s, cc, lowat)
         s.settimeout(max(0.1, deadline - time.time()))
         (r,) = struct.unpack("!I", _recv_exact(s, 4))
         socks[r] = s

@@ -1,0 +1,221 @@
+"""Issue 4 acceptance on a 2-spine, 4-leaf, 2-hosts-per-leaf fabric at 100 Mbit/s, MTU 9000 (root)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traffic.base import RunContext
+from traffic.ranked import bubble_fraction
+from traffic.schedule import pipeline_order
+from traffic.specs import parse_workload
+from traffic.workload import run_workload
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (builds namespaces)"),
+]
+
+FABRIC = {
+    "topology": "spine-leaf",
+    "spines": 2,
+    "leaves": 4,
+    "hosts_per_leaf": 2,
+    # 1 MB (80 ms) egress buffers: with 300 KB the all-to-all's 7-flow incast drops and hits retransmission
+    # timeouts (measured p50 1.49 x ideal); every other test here passes with 300 KB too
+    "host_link": {"rate": "100Mbit", "buffer": "1MB", "mtu": 9000},
+}
+S = 4_000_000
+
+
+@pytest.fixture(scope="module")
+def fab() -> Iterator[Any]:
+    from testbed.fabric import Fabric
+    from testbed.fabricspec import FabricSpec
+
+    with open("/run/testbed-bench.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # timing measurements: nobody else measures on the 2 cores meanwhile
+        with Fabric(FabricSpec.from_dict(FABRIC, "fabric")) as f:
+            yield f
+
+
+def run(fab: Any, tmp_path: Path, jobs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    ctx = RunContext(fab.hosts, fab.procs, tmp_path / "raw", fab.host_link)
+    return run_workload(parse_workload(jobs), ctx, fab.caps, timeout=120)
+
+
+def ratios(tables: dict[str, list[dict[str, Any]]], job: str) -> list[float]:
+    rows = [r for r in tables["iterations"] if r["job"] == job and not r["warmup"]]
+    assert rows, f"no measured iterations of {job}"
+    return sorted((r["t_end"] - r["t_start"]) / r["ideal_s"] for r in rows)
+
+
+def tx_bytes(fab: Any, node: str) -> dict[str, int]:
+    out = subprocess.run(["ip", "-n", fab.netns(node), "-s", "-j", "link"], check=True, capture_output=True, text=True)
+    return {d["ifname"]: d["stats64"]["tx"]["bytes"] for d in json.loads(out.stdout) if d["ifname"] != "lo"}
+
+
+def spine_bytes(fab: Any) -> int:
+    return sum(sum(tx_bytes(fab, s).values()) for s in ("s1", "s2"))
+
+
+def test_ring_allreduce_meets_ideal_and_is_not_cpu_bound(fab: Any, tmp_path: Path) -> None:
+    t0, c0 = time.time(), os.times()
+    tables = run(fab, tmp_path, [{"kind": "allreduce", "name": "ar", "size": "4MB", "iterations": 10, "cc": "cubic"}])
+    wall = time.time() - t0
+    r = ratios(tables, "ar")
+    cpu = sum(row["cpu_s"] for row in tables["worker_cpu"])
+    print(
+        f"ring all-reduce measured/ideal p50 {statistics.median(r):.3f} max {r[-1]:.3f}; "
+        f"worker CPU {cpu:.2f} s over {wall:.2f} s wall = {cpu / wall / os.cpu_count():.0%} of the machine"
+    )
+    assert statistics.median(r) <= 1.11, r
+    assert r[-1] <= 1.25, r
+    assert cpu / wall / (os.cpu_count() or 1) < 0.5  # network-bound: the workers use well under the 2 cores
+    steps = [s for s in tables["steps"] if s["iter"] == 3 and s["rank"] == "l1h1" and s["op"] == "send"]
+    assert sorted(s["step"] for s in steps) == list(range(14))  # 2(N-1) steps
+    assert sum(s["bytes"] for s in steps) == 2 * 7 * S // 8
+
+
+def test_hierarchical_crosses_spines_with_fewer_bytes(fab: Any, tmp_path: Path) -> None:
+    per_iter = {}
+    for name, algo, ranks in (
+        ("flat", "ring", "leaf_interleaved"),
+        ("topo", "ring", "all"),
+        ("hier", "hierarchical", "all"),
+    ):
+        before = spine_bytes(fab)
+        tables = run(
+            fab,
+            tmp_path / name,
+            [
+                {
+                    "kind": "allreduce",
+                    "name": name,
+                    "algorithm": algo,
+                    "ranks": ranks,
+                    "size": "4MB",
+                    "iterations": 3,
+                    "warmup": 0,
+                }
+            ],
+        )
+        per_iter[name] = (spine_bytes(fab) - before) / 3
+        print(
+            name,
+            f"{per_iter[name] / 1e6:.2f} MB across the spines per iteration",
+            f"measured/ideal p50 {statistics.median(ratios(tables, name)):.3f}",
+        )
+    # payload: flat ring 2(N-1)S = 14 S, topology-ordered ring 2L(N-1)/N S = 7 S, hierarchical 2(L-1) S = 6 S
+    assert per_iter["hier"] == pytest.approx(6 * S, rel=0.05)
+    assert per_iter["flat"] / per_iter["hier"] >= 2 * 0.9  # about hosts-per-leaf (2) times fewer
+    assert per_iter["topo"] / per_iter["hier"] == pytest.approx(7 / 6, rel=0.05)
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reduce_scatter", "broadcast", "alltoall"])
+def test_other_collectives_near_ideal(fab: Any, tmp_path: Path, kind: str) -> None:
+    tables = run(fab, tmp_path, [{"kind": kind, "name": kind, "size": "4MB", "iterations": 10}])
+    r = ratios(tables, kind)
+    rows = [x for x in tables["iterations"] if not x["warmup"]]
+    print(
+        kind, f"measured/ideal p50 {statistics.median(r):.3f} max {r[-1]:.3f}; busbw factor {rows[0]['busbw_factor']}"
+    )
+    assert statistics.median(r) <= 1 / 0.8, r
+
+
+def test_parameter_server_incast_on_server_downlink(fab: Any, tmp_path: Path) -> None:
+    workers = ["l1h1", "l1h2", "l2h1", "l2h2", "l3h1", "l3h2", "l4h1"]
+    leaves = ("l1", "l2", "l3", "l4")
+    before = {leaf: tx_bytes(fab, leaf) for leaf in leaves}
+    peak: dict[str, int] = {}
+    stop = threading.Event()
+
+    def sample() -> None:  # backlog of every leaf egress queue, ~20 Hz
+        while not stop.is_set():
+            for leaf in leaves:
+                out = subprocess.run(
+                    ["tc", "-n", fab.netns(leaf), "-s", "-j", "qdisc", "show"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                for q in json.loads(out.stdout or "[]"):
+                    if q.get("kind") == "bfifo":
+                        key = f"{leaf}:{q['dev']}"
+                        peak[key] = max(peak.get(key, 0), q.get("backlog", 0))
+            time.sleep(0.05)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        tables = run(
+            fab,
+            tmp_path,
+            [
+                {
+                    "kind": "ps",
+                    "name": "ps",
+                    "workers": workers,
+                    "servers": ["l4h2"],
+                    "size": "2MB",
+                    "iterations": 5,
+                    "warmup": 0,
+                }
+            ],
+        )
+    finally:
+        stop.set()
+        th.join(5)
+    after = {leaf: tx_bytes(fab, leaf) for leaf in leaves}
+    server_down = after["l4"]["l4-l4h2"] - before["l4"]["l4-l4h2"]
+    worker_down = after["l1"]["l1-l1h1"] - before["l1"]["l1-l1h1"]
+    hottest = max(peak, key=lambda k: peak[k])
+    print(
+        f"PS: server downlink {server_down / 5 / 1e6:.2f} MB/iter, worker downlink {worker_down / 5 / 1e6:.2f} "
+        f"MB/iter, ratio {server_down / worker_down:.2f}; hottest queue {hottest} peak {peak[hottest]} B; "
+        f"measured/ideal p50 {statistics.median(ratios(tables, 'ps')):.3f}"
+    )
+    assert server_down / worker_down == pytest.approx(7, rel=0.1)
+    assert hottest == "l4:l4-l4h2"
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pipeline_order_and_bubble(fab: Any, tmp_path: Path, schedule: str) -> None:
+    stages = ["l1h1", "l2h1", "l3h1", "l4h1"]
+    tables = run(
+        fab,
+        tmp_path,
+        [
+            {
+                "kind": "pipeline",
+                "name": "pp",
+                "stages": stages,
+                "microbatches": 8,
+                "activation": "100KB",
+                "gradient": "100KB",
+                "compute": "40ms",
+                "schedule": schedule,
+                "iterations": 3,
+                "warmup": 1,
+            }
+        ],
+    )
+    rows = tables["pipeline"]
+    for s in range(4):
+        comp = sorted(
+            (r for r in rows if r["iter"] == 2 and r["stage"] == s and r["op"] == "compute"), key=lambda r: r["t_start"]
+        )
+        assert [(r["phase"], r["microbatch"]) for r in comp] == pipeline_order(s, 4, 8, schedule)
+    bubbles = [bubble_fraction(rows, i) for i in (1, 2, 3)]
+    print(schedule, "bubble", [round(b, 3) for b in bubbles], "ideal", round(3 / 11, 3))
+    assert statistics.median(bubbles) == pytest.approx(3 / 11, abs=0.04)
