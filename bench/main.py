@@ -78,7 +78,7 @@ def fig_capacity(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str,
     for mtu in (1500, 9000):
         o = search("ours", mtu, rates)
         s = search("stock", mtu, rates)
-        ratio = o.aggregate_mbit / s.aggregate_mbit if s.aggregate_mbit else float("inf")
+        ratio = o.aggregate_mbit / s.aggregate_mbit if s.aggregate_mbit else float("nan")
         gso = max((r.max_avg_packet for _, r in s.trials), default=0.0)
         top = max(rates)
 
