@@ -32,6 +32,7 @@ from testbed.topology import HostInfo, Port, Topology
 
 log = logging.getLogger(__name__)
 
+ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"
 HOST_SYSCTLS = {
     "net.ipv4.tcp_no_metrics_save": "1",  # no cached ssthresh/cwnd carried from one iteration's flow to the next
     "net.ipv6.conf.all.disable_ipv6": "1",
@@ -101,6 +102,7 @@ class Fabric:
         self._markers: Any = None
         self._cc: Any = None
         self._old_sigterm: Any = None
+        self._allowed_before: str | None = None
 
     # --- public ------------------------------------------------------------------------------------------------
     @property
@@ -130,6 +132,7 @@ class Fabric:
         self._lock = RunLock(self.lock_wait)
         try:
             self.state = self._lock.__enter__()
+            self._allowed_before = read_root(ALLOWED_CC)
             self.prefix = self.state.prefix
             self._root = RootSysctls(self.state)
             self._create_nodes()
@@ -249,8 +252,7 @@ class Fabric:
         from testbed.ecn.build import DEFAULT_OUT
 
         assert self.state is not None and self._root is not None
-        key = "net.ipv4.tcp_allowed_congestion_control"
-        self.state.add("sysctls", {"key": key, "original": read_root(key)})
+        self.state.add("sysctls", {"key": ALLOWED_CC, "original": read_root(ALLOWED_CC)})
         self._cc = ecn.CongestionControl(self.prefix, DEFAULT_OUT)
         wanted = {self.spec.transport.cc, *self.extra_cc}
         self.marking["cc"] = self._cc.prepare(wanted)
@@ -293,6 +295,11 @@ class Fabric:
             self._cc = None
         if self._root is not None:
             step("restore root sysctls", self._root.restore)
+        if self._allowed_before is not None:
+            now, before = read_root(ALLOWED_CC), self._allowed_before
+            self._allowed_before = None
+            if now != before:
+                errors.append(f"{ALLOWED_CC} is {now!r} after teardown, was {before!r} before the build")
         if self._lock is not None:
             lock, self._lock = self._lock, None
             step("release run lock", lambda: lock.__exit__(None, None, None))

@@ -116,6 +116,7 @@ def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: fl
             "capabilities": caps,
             "tools": tool_versions(),
             "guest": guest_environment(),
+            "scale": scenario.scale,
         },
     )
     try:
@@ -128,7 +129,8 @@ def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: fl
         extra_cc = frozenset(str(j.cc) for j in scenario.workload if getattr(j, "cc", None))
         with Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc) as fab:
             _run_on_fabric(record, scenario, fab, generators, caps)
-        verdict = fidelity.evaluate_run(record.path)
+        window = record.manifest.get("traffic_window")
+        verdict = fidelity.evaluate_run(record.path, window=tuple(window) if window else None)
         record.set("fidelity", verdict)
         record.finish("complete")
         return RunResult(record.path, "complete", bool(verdict.get("faithful")))
@@ -184,6 +186,7 @@ def _run_on_fabric(
         caps=caps,
     )
     failure: BaseException | None = None
+    t_start = time.time()
     try:
         for g in generators:
             g.start(ctx)
@@ -198,6 +201,7 @@ def _run_on_fabric(
     finally:
         for g in generators:
             g.stop()
+        record.set("traffic_window", [t_start, time.time()])
     for row in snapshot_hosts(hosts_ns, "end"):
         netstat.write(row)
     record.set("sampler_health", sampler.stop())

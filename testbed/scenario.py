@@ -78,6 +78,7 @@ class Scenario:
     kernel: str = "native"
     variant: tuple[tuple[str, Any], ...] = ()  # this point's sweep values
     repeat_index: int = 0
+    scale: dict[str, Any] | None = None  # rate scaling notes: both scales, and what does not scale
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,10 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
     name = data["name"]
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise SpecError("name", f"must be a short identifier (letters, digits, - _ .), got {name!r}")
-    fabric = FabricSpec.from_dict(data["fabric"], "fabric")
+    from testbed.scaling import apply_scale
+
+    fabric_raw, scale_notes = apply_scale(data["fabric"])
+    fabric = FabricSpec.from_dict(fabric_raw, "fabric")
     topo = Topology(fabric)  # refuses overrides naming links that do not exist
     from traffic.specs import parse_workload
 
@@ -152,6 +156,7 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         kernel=kernel,
         variant=variant,
         repeat_index=repeat_index,
+        scale=scale_notes,
     )
 
 
