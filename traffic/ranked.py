@@ -87,6 +87,7 @@ class RankedGenerator(ProcGenerator):
         }
         if isinstance(s, CollectiveJob):
             cfg.update(algorithm=s.algorithm, size=s.size, wire_size=s.wire_size, slice=s.slice, bucket=s.bucket)
+            cfg["channels"] = s.channels
         elif isinstance(s, PsJob):
             cfg.update(algorithm="sharded", workers=len(s.workers), servers=len(s.servers), size=s.size, slice=s.slice)
         else:

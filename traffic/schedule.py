@@ -59,17 +59,21 @@ class Schedule:
         self.ranks = [RankProgram() for _ in range(n)]
         self.not_before = 0.0
 
-    def send(self, src: int, dst: int, nbytes: int, step: int, deps: tuple[Token, ...] = ()) -> Token:
+    def send(self, src: int, dst: int, nbytes: int, step: int, deps: tuple[Token, ...] = (), channel: int = 0) -> Token:
+        """Queue a message src -> dst on TCP connection ``channel`` of the pair (peer ids are ``rank + n x
+        channel``); returns the receiver's token for it."""
         if src == dst:
             raise ValueError(f"rank {src} sends to itself")
-        self.ranks[src].sends.setdefault(dst, []).append(Send(dst, nbytes, step, deps, self.not_before))
-        q = self.ranks[dst].recvs.setdefault(src, [])
+        vsrc, vdst = src + self.n * channel, dst + self.n * channel
+        self.ranks[src].sends.setdefault(vdst, []).append(Send(vdst, nbytes, step, deps, self.not_before))
+        q = self.ranks[dst].recvs.setdefault(vsrc, [])
         q.append((nbytes, step))
-        return (src, len(q))
+        return (vsrc, len(q))
 
-    def sent(self, src: int, dst: int) -> Token:
+    def sent(self, src: int, dst: int, channel: int = 0) -> Token:
         """The token (at ``src``) for "every message queued so far from src to dst has been sent"."""
-        return (sent_key(dst), len(self.ranks[src].sends.get(dst, [])))
+        vdst = dst + self.n * channel
+        return (sent_key(vdst), len(self.ranks[src].sends.get(vdst, [])))
 
     def compute(self, rank: int, seconds: float, step: int, deps: tuple[Token, ...] = ()) -> Token:
         self.ranks[rank].computes.append(Compute(seconds, step, deps))
@@ -219,18 +223,20 @@ def hierarchical(sch: Schedule, leaves: list[str], size: int, sl: int) -> None:
                     sch.send(g[0], m, nb, 2 * nl - 1, deps[j])
 
 
-def alltoall(sch: Schedule, n: int, size: int, window: int | None = None) -> None:
-    """Pairwise all-to-all: in step k (1..N-1) rank i sends its S/N block to rank i+k; with a ``window`` only once
-    its block of step k-window is on the wire (the worker then needs TCP_NOTSENT_LOWAT), else all at once.
-    Measured here (8 ranks, 4 MB, 100 Mbit/s): all at once 1.085 x ideal with 1 MB buffers but 1.49 with 300 KB
-    (incast drops, retransmission timeouts); windows of 1-3 give 1.44-1.7 (ECMP collisions no longer average out)."""
+def alltoall(sch: Schedule, n: int, size: int, window: int | None = None, channels: int = 1) -> None:
+    """Pairwise all-to-all: in step k (1..N-1) rank i sends its S/N block to rank i+k, split over ``channels``
+    connections; with a ``window`` only once its block of step k-window is on the wire (the worker then needs
+    TCP_NOTSENT_LOWAT), else all at once. Measured here (8 ranks, 4 MB, 100 Mbit/s, 1 MB buffers): one channel
+    1.08-1.30 x ideal depending on where ECMP happened to put the 56 flows, 4 channels 1.05-1.12; with 300 KB
+    buffers 4 channels 1.32 (the 7-sender incast drops; retransmission timeouts); windows of 1-3 gave 1.44-1.7."""
     per = split(size, n)
     for i in range(n):
         sent: list[Token] = []
         for off in range(1, n):
             dst = (i + off) % n
             deps = (sent[off - 1 - window],) if window and off - 1 - window >= 0 else ()
-            sch.send(i, dst, per[dst], off, deps)
+            for c, part in enumerate(split(per[dst], channels)):
+                sch.send(i, dst, part, off, deps, c)
             sent.append(sch.sent(i, dst))
 
 
@@ -244,6 +250,7 @@ def collective_schedule(
     buckets: int = 1,
     compute_gap: float = 0.0,
     window: int | None = None,
+    channels: int = 1,
 ) -> Schedule:
     """The schedule of one iteration of a collective over ranks 0..n-1 (``leaves[r]``: rank r's leaf, for
     hierarchical). With ``buckets`` > 1 the buffer is split and bucket b may start ``(b+1)/buckets *
@@ -274,7 +281,7 @@ def collective_schedule(
         elif kind == "broadcast" and algorithm == "tree":
             binary_tree(sch, members, part, sl, reduce=False)
         elif kind == "alltoall":
-            alltoall(sch, n, part, window)
+            alltoall(sch, n, part, window, channels)
         else:
             raise ValueError(f"no schedule for {kind} with algorithm {algorithm}")
     return sch

@@ -141,13 +141,15 @@ class CollectiveJob(RankedJob):
     binary tree), others ring (alltoall: pairwise); ``slice``: the pipelining unit a rank forwards as soon as it has
     it (default 32KB: measured here, 128KB slices cost a ring broadcast 17% over its ideal, 32KB 2.5%); ``bucket``: split the buffer into this many buckets, bucket i ready after
     (i+1)/bucket of ``compute_gap`` (overlapped with compute; default 1 = no bucketing); ``compression``: ratio r,
-    every message carries S/r bytes (default 1)."""
+    every message carries S/r bytes (default 1); ``channels``: TCP connections per rank pair, each carrying an
+    equal share of every block (all-to-all only; default 4 for all-to-all: more flows for ECMP to spread)."""
 
     size: int = 4_000_000
     algorithm: str = "ring"
     slice: int = 32_768
     bucket: int = 1
     compression: float = 1.0
+    channels: int = 1
 
     @property
     def wire_size(self) -> int:
@@ -295,7 +297,7 @@ def parse_job(data: Any, path: str) -> JobSpec:
         base["cc"] = _choice(_p(path, "cc"), data["cc"], ("reno", "cubic", "bbr", "dctcp"))
     g = data.get
     if kind in COLLECTIVES:
-        check_keys(data, RANKED | {"size", "algorithm", "slice", "bucket", "compression"}, path)
+        check_keys(data, RANKED | {"size", "algorithm", "slice", "bucket", "compression", "channels"}, path)
         spec = CollectiveJob(
             **base,
             **_ranked(data, path),
@@ -308,7 +310,10 @@ def parse_job(data: Any, path: str) -> JobSpec:
             slice=_conv(_p(path, "slice"), parse_bytes, g("slice", 32_768)),
             bucket=_int(_p(path, "bucket"), g("bucket", 1), 1, 1024),
             compression=_num(_p(path, "compression"), g("compression", 1), 1.0, 1e6),
+            channels=_int(_p(path, "channels"), g("channels", 4 if kind == "alltoall" else 1), 1, 64),
         )
+        if spec.channels > 1 and kind != "alltoall":
+            raise SpecError(_p(path, "channels"), "only all-to-all spreads its blocks over several connections")
         return spec
     if kind == "ps":
         check_keys(

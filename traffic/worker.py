@@ -62,6 +62,7 @@ def build_schedule(cfg: dict[str, Any]) -> Schedule:
         cfg.get("bucket", 1),
         cfg.get("compute_gap", 0.0),
         cfg.get("window"),
+        cfg.get("channels", 1),
     )
 
 
@@ -88,12 +89,15 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: float) -> dict[int, socket.socket]:
-    """One TCP connection per peer: connect to higher ranks' listeners, accept lower ones (each says its rank)."""
+    """One TCP connection per peer id (``rank + n x channel``): connect to higher ranks' listeners, accept lower
+    ones (each says its rank and channel)."""
     hosts, port, cc, lowat = cfg["hosts"], cfg["port"], cfg.get("cc"), cfg.get("notsent_lowat")
-    lst = socket.create_server(("0.0.0.0", hosts[rank].get("port", port)), backlog=64)
+    n = len(hosts)
+    lst = socket.create_server(("0.0.0.0", hosts[rank].get("port", port)), backlog=256)
     lst.settimeout(max(0.1, deadline - time.time()))
     socks: dict[int, socket.socket] = {}
-    for p in sorted(x for x in peers if x > rank):
+    for v in sorted(x for x in peers if x % n > rank):
+        p = v % n
         while True:
             try:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -106,16 +110,16 @@ def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: flo
                 if time.time() > deadline:
                     raise TimeoutError(f"rank {rank}: cannot connect to rank {p} at {hosts[p]['ip']}:{port}") from None
                 time.sleep(0.05)
-        s.sendall(struct.pack("!I", rank))
-        socks[p] = s
-    need = {x for x in peers if x < rank}
+        s.sendall(struct.pack("!II", rank, v // n))
+        socks[v] = s
+    need = {x for x in peers if x % n < rank}
     while need:
         s, _ = lst.accept()
         _tune(s, cc, lowat)
         s.settimeout(max(0.1, deadline - time.time()))
-        (r,) = struct.unpack("!I", _recv_exact(s, 4))
-        socks[r] = s
-        need.discard(r)
+        r, ch = struct.unpack("!II", _recv_exact(s, 8))
+        socks[r + n * ch] = s
+        need.discard(r + n * ch)
     lst.close()
     for s in socks.values():
         s.settimeout(cfg["timeout"])
@@ -261,11 +265,12 @@ class Iteration:
 
 
 def aggregate(
-    records: list[tuple[int, str, int, float, float, int]],
+    records: list[tuple[int, str, int, float, float, int]], nranks: int
 ) -> list[tuple[int, str, int, float, float, int]]:
-    """One record per (step, op, peer): first start, last end, bytes summed (slices folded into their step)."""
+    """One record per (step, op, peer rank): first start, last end, bytes summed (slices and channels folded)."""
     acc: dict[tuple[int, str, int], list[float]] = {}
-    for step, op, peer, ts, te, n in records:
+    for step, op, vpeer, ts, te, n in records:
+        peer = vpeer % nranks if vpeer >= 0 else vpeer
         a = acc.get((step, op, peer))
         if a is None:
             acc[(step, op, peer)] = [ts, te, n]
@@ -316,7 +321,7 @@ def main(argv: list[str]) -> int:
                     }
                 )
                 + "\n"
-                for step, op, peer, ts, te, n in aggregate(run.records)
+                for step, op, peer, ts, te, n in aggregate(run.records, len(cfg["hosts"]))
             )
             out.write(
                 json.dumps(

@@ -32,7 +32,7 @@ FABRIC = {
     "leaves": 4,
     "hosts_per_leaf": 2,
     # 1 MB (80 ms) egress buffers: with 300 KB the all-to-all's 7-flow incast drops and hits retransmission
-    # timeouts (measured p50 1.49 x ideal); every other test here passes with 300 KB too
+    # timeouts (measured p50 1.32 x ideal with 4 channels); every other test here passes with 300 KB too
     "host_link": {"rate": "100Mbit", "buffer": "1MB", "mtu": 9000},
 }
 S = 4_000_000
@@ -70,7 +70,7 @@ def spine_bytes(fab: Any) -> int:
 
 
 def test_ring_allreduce_meets_ideal_and_is_not_cpu_bound(fab: Any, tmp_path: Path) -> None:
-    t0, c0 = time.time(), os.times()
+    t0 = time.time()
     tables = run(fab, tmp_path, [{"kind": "allreduce", "name": "ar", "size": "4MB", "iterations": 10, "cc": "cubic"}])
     wall = time.time() - t0
     r = ratios(tables, "ar")
@@ -201,8 +201,8 @@ def test_pipeline_order_and_bubble(fab: Any, tmp_path: Path, schedule: str) -> N
                 "name": "pp",
                 "stages": stages,
                 "microbatches": 8,
-                "activation": "100KB",
-                "gradient": "100KB",
+                "activation": "20KB",
+                "gradient": "20KB",
                 "compute": "40ms",
                 "schedule": schedule,
                 "iterations": 3,
@@ -218,4 +218,5 @@ def test_pipeline_order_and_bubble(fab: Any, tmp_path: Path, schedule: str) -> N
         assert [(r["phase"], r["microbatch"]) for r in comp] == pipeline_order(s, 4, 8, schedule)
     bubbles = [bubble_fraction(rows, i) for i in (1, 2, 3)]
     print(schedule, "bubble", [round(b, 3) for b in bubbles], "ideal", round(3 / 11, 3))
-    assert statistics.median(bubbles) == pytest.approx(3 / 11, abs=0.04)
+    # compute dominates (40 ms per micro-batch vs 1.6 ms per 20 KB transfer): the bubble is GPipe's (P-1)/(M+P-1)
+    assert statistics.median(bubbles) == pytest.approx(3 / 11, abs=0.03)
