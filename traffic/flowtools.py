@@ -3,7 +3,7 @@
 ``python3 -m traffic.flowtools CONFIG.json ROLE [INDEX]`` with ROLE one of
 - ``echo``: TCP/UDP echo server of the RTT probe (runs until stopped);
 - ``probe``: sends ``size``-byte requests at a fixed rate, records each round trip (JSON lines ``seq``,
-  ``t_send``, ``rtt_s``; ``rtt_s`` null for a UDP request not answered within 1 s);
+  ``t_send``, ``rtt_s``; ``rtt_s`` null for a UDP request not answered before the next one is due);
 - ``sink``: receives short flows (a 12-byte header: flow id, size), acknowledges each with one byte; in incast
   mode it also releases every round to all senders at once over a control connection, when the last round is
   complete;
@@ -55,15 +55,15 @@ def _connect(ip: str, port: int, cc: str | None, deadline: float) -> socket.sock
             time.sleep(0.05)
 
 
-def echo(cfg: dict[str, Any]) -> None:
+def echo(cfg: dict[str, Any], ip: str) -> None:
     port, size = cfg["port"], cfg["size"]
     if cfg["proto"] == "udp":
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        u.bind(("0.0.0.0", port))
+        u.bind((ip, port))
         while True:
             data, addr = u.recvfrom(65536)
             u.sendto(data, addr)
-    lst = socket.create_server(("0.0.0.0", port), backlog=64)
+    lst = socket.create_server((ip, port), backlog=64)
 
     def serve(c: socket.socket) -> None:
         buf = memoryview(bytearray(size))
@@ -86,7 +86,6 @@ def probe(cfg: dict[str, Any], out: Any) -> None:
     if udp:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.connect((cfg["dst_ip"], cfg["port"]))
-        s.settimeout(1.0)
     else:
         s = _connect(cfg["dst_ip"], cfg["port"], cfg.get("cc"), time.time() + 10)
         s.settimeout(5.0)
@@ -106,6 +105,7 @@ def probe(cfg: dict[str, Any], out: Any) -> None:
         rtt: float | None
         if udp:
             s.send(view)
+            s.settimeout(max(0.001, t0 + (seq + 1) * interval - time.time()))
             try:
                 while True:  # drop late answers of earlier requests
                     n = s.recv_into(view)
@@ -124,7 +124,7 @@ def probe(cfg: dict[str, Any], out: Any) -> None:
 
 def sink(cfg: dict[str, Any]) -> None:
     port, incast = cfg["port"], cfg["mode"] == "incast"
-    lst = socket.create_server(("0.0.0.0", port), backlog=1024)
+    lst = socket.create_server((cfg["dst_ip"], port), backlog=1024)
     done = threading.Condition()
     finished: dict[int, int] = {}  # round -> flows complete
 
@@ -156,7 +156,7 @@ def sink(cfg: dict[str, Any]) -> None:
     if not incast:
         while True:
             time.sleep(3600)
-    ctl = socket.create_server(("0.0.0.0", port + 1), backlog=256)
+    ctl = socket.create_server((cfg["dst_ip"], port + 1), backlog=256)
     ctl.settimeout(cfg["timeout"])
     senders = []
     for _ in range(cfg["senders"]):
@@ -234,7 +234,7 @@ def main(argv: list[str]) -> int:
         cfg = json.load(fh)
     role = argv[1]
     if role == "echo":
-        echo(cfg)
+        echo(cfg, argv[2])
     elif role == "sink":
         sink(cfg)
     else:
@@ -250,6 +250,8 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:  # stopped by its owner (SIGINT): a normal end
+        sys.exit(0)
     except Exception as exc:
         print(f"traffic.flowtools: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -56,7 +56,9 @@ class RttProbeGenerator(ProcGenerator):
         path = ctx.raw_dir / f"{s.name}.config.json"
         path.write_text(json.dumps(cfg, indent=1))
         for dst in sorted({d for _, d in s.pairs}):
-            self._spawn(ctx, f"echo-{dst}", [*TOOL, str(path), "echo"], ctx.hosts[dst].netns, server=True)
+            self._spawn(
+                ctx, f"echo-{dst}", [*TOOL, str(path), "echo", ctx.hosts[dst].ip], ctx.hosts[dst].netns, server=True
+            )
         for i, (src, _) in enumerate(s.pairs):
             self._spawn(
                 ctx,

@@ -232,6 +232,8 @@ if __name__ == "__main__":
         with open(conf_path) as fh:
             config = json.load(fh)
         send(config) if role == "send" else capture(config)
+    except KeyboardInterrupt:  # stopped by its owner (SIGINT): a normal end
+        sys.exit(0)
     except Exception as exc:
         print(f"traffic.scapy_train: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)

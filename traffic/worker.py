@@ -93,7 +93,7 @@ def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: flo
     ones (each says its rank and channel)."""
     hosts, port, cc, lowat = cfg["hosts"], cfg["port"], cfg.get("cc"), cfg.get("notsent_lowat")
     n = len(hosts)
-    lst = socket.create_server(("0.0.0.0", hosts[rank].get("port", port)), backlog=256)
+    lst = socket.create_server((hosts[rank]["ip"], hosts[rank].get("port", port)), backlog=256)
     lst.settimeout(max(0.1, deadline - time.time()))
     socks: dict[int, socket.socket] = {}
     for v in sorted(x for x in peers if x % n > rank):
@@ -133,7 +133,7 @@ class Barrier:
         self.rank, self.n, self.socks = rank, len(cfg["hosts"]), []
         port = cfg["hosts"][0].get("port", cfg["port"]) + 1
         if rank == 0:
-            lst = socket.create_server(("0.0.0.0", port), backlog=256)
+            lst = socket.create_server((cfg["hosts"][0]["ip"], port), backlog=256)
             lst.settimeout(max(0.1, deadline - time.time()))
             for _ in range(self.n - 1):
                 s, _ = lst.accept()
@@ -358,6 +358,8 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:  # stopped by its owner (SIGINT): a normal end
+        sys.exit(0)
     except Exception as exc:
         print(f"traffic.worker: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -1,0 +1,132 @@
+"""The real generators, worker and parsers end to end on loopback (no root: every host is a 127.0.1.x address
+of this namespace), including failure and timeout paths."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.procs import ProcessGroup
+from testbed.topology import HostInfo
+from traffic.base import GeneratorError, RunContext
+from traffic.specs import parse_workload
+from traffic.workload import run_workload
+
+HOSTS = {f"h{i}": HostInfo(f"h{i}", f"127.0.1.{i + 1}", f"l{i // 2}") for i in range(4)}
+
+
+def run(tmp_path: Path, jobs: list[dict], timeout: float = 60) -> dict[str, list[dict]]:
+    with ProcessGroup() as pg:
+        return run_workload(parse_workload(jobs), RunContext(HOSTS, pg, tmp_path), {}, timeout)
+
+
+@pytest.mark.parametrize(
+    ("kind", "algo"),
+    [
+        ("allreduce", "ring"),
+        ("allreduce", "hierarchical"),
+        ("allreduce", "tree"),
+        ("allreduce", "halving_doubling"),
+        ("allgather", "ring"),
+        ("reduce_scatter", "ring"),
+        ("broadcast", "tree"),
+        ("alltoall", "pairwise"),
+    ],
+)
+def test_collectives_on_loopback(tmp_path: Path, kind: str, algo: str) -> None:
+    t = run(
+        tmp_path,
+        [
+            {
+                "kind": kind,
+                "name": "c",
+                "algorithm": algo,
+                "size": "256KB",
+                "iterations": 2,
+                "bucket": 2 if kind == "allreduce" else 1,
+                "compute_gap": "10ms",
+                "cc": "reno",
+            }
+        ],
+    )
+    its = [r for r in t["iterations"] if not r["warmup"]]
+    assert len(its) == 2 and all(r["t_end"] > r["t_start"] for r in its)
+    assert sum(s["bytes"] for s in t["steps"] if s["op"] == "send") == sum(
+        s["bytes"] for s in t["steps"] if s["op"] == "recv"
+    )
+
+
+def test_ps_and_background_jobs_together(tmp_path: Path) -> None:
+    t = run(
+        tmp_path,
+        [
+            {
+                "kind": "ps",
+                "name": "ps",
+                "workers": ["h0", "h1", "h2"],
+                "servers": ["h3"],
+                "size": "300KB",
+                "iterations": 2,
+            },
+            {
+                "kind": "rtt_probe",
+                "name": "rtt",
+                "pairs": [["h0", "h3"]],
+                "interval": "5ms",
+                "duration": 0.3,
+                "proto": "udp",
+            },
+            {
+                "kind": "shortflows",
+                "name": "sf",
+                "senders": ["h1"],
+                "receiver": "h2",
+                "sizes": "50KB",
+                "count": 5,
+                "concurrency": 2,
+                "start_after": 0.1,
+            },
+        ],
+    )
+    server_recv = sum(s["bytes"] for s in t["steps"] if s["rank"] == "h3" and s["op"] == "recv" and s["iter"] == 1)
+    assert server_recv == 3 * 300_000
+    assert len(t["rtt"]) >= 30 and all(r["rtt_s"] != "" for r in t["rtt"])
+    assert len(t["fct"]) == 5
+
+
+def test_failing_rank_fails_the_job_with_its_stderr(tmp_path: Path) -> None:
+    hosts = dict(HOSTS)
+    hosts["h3"] = HostInfo("h3", "192.0.2.1", "l1")  # not an address of this machine: its worker cannot listen
+    t0 = time.monotonic()
+    with ProcessGroup() as pg, pytest.raises(GeneratorError, match="rank3") as ei:
+        run_workload(
+            parse_workload([{"kind": "allreduce", "name": "c", "size": "64KB", "timeout": 5}]),
+            RunContext(hosts, pg, tmp_path),
+            {},
+            30,
+        )
+    assert "traffic.worker" in str(ei.value)  # the stderr tail is in the message
+    assert time.monotonic() - t0 < 25
+
+
+def test_stalled_job_times_out(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(GeneratorError, match="timed out"):
+        run(
+            tmp_path,
+            [
+                {
+                    "kind": "pipeline",
+                    "name": "pp",
+                    "stages": ["h0", "h1"],
+                    "compute": "2s",
+                    "microbatches": 4,
+                    "iterations": 1,
+                    "warmup": 0,
+                }
+            ],
+            timeout=1.5,
+        )
+    assert time.monotonic() - t0 < 10
