@@ -22,6 +22,46 @@ PYTHON = "/usr/bin/python3"
 Rows = dict[str, list[dict[str, Any]]]
 
 
+# The columns of every table a traffic parser returns, in order (docs/architecture.md is the contract).
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "iterations": (
+        "job",
+        "kind",
+        "algorithm",
+        "iter",
+        "warmup",
+        "t_start",
+        "t_end",
+        "size_bytes",
+        "ranks",
+        "ideal_s",
+        "busbw_factor",
+    ),
+    "steps": ("job", "iter", "rank", "step", "op", "peer", "t_start", "t_end", "bytes"),
+    "flows": (
+        "job",
+        "flow_id",
+        "src",
+        "dst",
+        "proto",
+        "sport",
+        "dport",
+        "bytes",
+        "t_start",
+        "t_end",
+        "goodput_bps",
+        "retrans",
+        "path",
+    ),
+    "flow_samples": ("job", "flow_id", "t", "bytes", "cwnd", "rtt_us", "retrans"),
+    "fct": ("job", "flow_id", "src", "dst", "size_bytes", "t_start", "t_end", "size_class"),
+    "rtt": ("job", "src", "dst", "seq", "t_send", "rtt_s"),
+    "pipeline": ("job", "iter", "stage", "microbatch", "phase", "op", "peer", "t_start", "t_end", "bytes"),
+    "worker_cpu": ("job", "rank", "host", "cpu_s", "wall_s"),
+    "trains": ("job", "train", "t_start", "t_end", "sent", "received", "ce", "ect", "out_of_order"),
+}
+
+
 class GeneratorError(RuntimeError):
     """A job that cannot run, failed or stalled; the message says which process and why."""
 

@@ -24,7 +24,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.spec import SpecError, check_keys
-from testbed.units import UnitError, parse_bytes, parse_duration, parse_rate
+from testbed.units import parse_bytes, parse_duration, parse_rate
+from traffic.spec_fields import (
+    choice,
+    convert,
+    host_list,
+    host_pairs,
+    integer,
+    number,
+    ranked_fields,
+    size_distribution,
+    sub,
+)
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
 KINDS = (
@@ -46,62 +57,6 @@ ALGORITHMS = {
 }
 COMMON = {"name", "kind", "start_after", "cc"}
 RANKED = COMMON | {"ranks", "iterations", "warmup", "compute_gap", "timeout"}
-
-
-def _p(path: str, key: str) -> str:
-    return f"{path}.{key}"
-
-
-def _conv(path: str, fn: Any, value: Any) -> Any:
-    try:
-        return fn(value)
-    except UnitError as exc:
-        raise SpecError(path, str(exc)) from None
-
-
-def _int(path: str, value: Any, lo: int, hi: int = 10**9) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise SpecError(path, f"expected an integer in [{lo}, {hi}], got {value!r}")
-    return value
-
-
-def _num(path: str, value: Any, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-        raise SpecError(path, f"expected a number in [{lo}, {hi}], got {value!r}")
-    return float(value)
-
-
-def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise SpecError(path, f"must be one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _hosts(path: str, value: Any, minimum: int = 1) -> tuple[str, ...]:
-    if not isinstance(value, (list, tuple)) or len(value) < minimum or not all(isinstance(h, str) for h in value):
-        raise SpecError(path, f"expected a list of at least {minimum} host names, got {value!r}")
-    if len(set(value)) != len(value):
-        raise SpecError(path, f"host names repeat: {value!r}")
-    return tuple(value)
-
-
-def _ranks(path: str, value: Any) -> str | tuple[str, ...]:
-    if isinstance(value, str):
-        return _choice(path, value, ("all", "one_per_leaf", "leaf_interleaved"))
-    return _hosts(path, value, 2)
-
-
-def _pairs(path: str, value: Any) -> tuple[tuple[str, str], ...]:
-    if not isinstance(value, list) or not value:
-        raise SpecError(path, f"expected a list of [src, dst] host pairs, got {value!r}")
-    out = []
-    for i, pair in enumerate(value):
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(isinstance(h, str) for h in pair):
-            raise SpecError(f"{path}[{i}]", f"expected [src, dst], got {pair!r}")
-        if pair[0] == pair[1]:
-            raise SpecError(f"{path}[{i}]", "src and dst are the same host")
-        out.append((pair[0], pair[1]))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -248,72 +203,40 @@ class ScapyTrainJob(JobBase):
 JobSpec = CollectiveJob | PsJob | PipelineJob | IperfJob | RttProbeJob | ShortFlowsJob | ScapyTrainJob
 
 
-def _ranked(data: Mapping[str, Any], path: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if "ranks" in data:
-        out["ranks"] = _ranks(_p(path, "ranks"), data["ranks"])
-    if "iterations" in data:
-        out["iterations"] = _int(_p(path, "iterations"), data["iterations"], 1, 100_000)
-    if "warmup" in data:
-        out["warmup"] = _int(_p(path, "warmup"), data["warmup"], 0, 1000)
-    for key in ("compute_gap", "timeout"):
-        if key in data:
-            out[key] = _conv(_p(path, key), parse_duration, data[key])
-    return out
-
-
-def _sizes(path: str, value: Any) -> tuple[tuple[int, float], ...]:
-    if not isinstance(value, list):
-        return ((_conv(path, parse_bytes, value), 1.0),)
-    out = []
-    for i, item in enumerate(value):
-        if not isinstance(item, (list, tuple)) or len(item) != 2:
-            raise SpecError(f"{path}[{i}]", f"expected [size, weight], got {item!r}")
-        out.append(
-            (
-                _conv(f"{path}[{i}]", parse_bytes, item[0]),
-                _num(f"{path}[{i}]", item[1], 1e-9, 1e9),
-            )
-        )
-    if not out:
-        raise SpecError(path, "empty size distribution")
-    return tuple(out)
-
-
 def parse_job(data: Any, path: str) -> JobSpec:
     """Build one job spec from a scenario mapping; raise SpecError naming the key path on anything wrong."""
     check_keys(data, set(data) if isinstance(data, Mapping) else set(), path, {"kind", "name"})
-    kind = _choice(_p(path, "kind"), data["kind"], KINDS)
+    kind = choice(sub(path, "kind"), data["kind"], KINDS)
     name = data["name"]
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise SpecError(
-            _p(path, "name"),
+            sub(path, "name"),
             f"expected a name of letters, digits, - and _, got {name!r}",
         )
     base: dict[str, Any] = {"name": name, "kind": kind}
     if "start_after" in data:
-        base["start_after"] = _conv(_p(path, "start_after"), parse_duration, data["start_after"])
+        base["start_after"] = convert(sub(path, "start_after"), parse_duration, data["start_after"])
     if "cc" in data:
-        base["cc"] = _choice(_p(path, "cc"), data["cc"], ("reno", "cubic", "bbr", "dctcp"))
+        base["cc"] = choice(sub(path, "cc"), data["cc"], ("reno", "cubic", "bbr", "dctcp"))
     g = data.get
     if kind in COLLECTIVES:
         check_keys(data, RANKED | {"size", "algorithm", "slice", "bucket", "compression", "channels"}, path)
         spec = CollectiveJob(
             **base,
-            **_ranked(data, path),
-            size=_conv(_p(path, "size"), parse_bytes, g("size", "4MB")),
-            algorithm=_choice(
-                _p(path, "algorithm"),
+            **ranked_fields(data, path),
+            size=convert(sub(path, "size"), parse_bytes, g("size", "4MB")),
+            algorithm=choice(
+                sub(path, "algorithm"),
                 g("algorithm", ALGORITHMS[kind][0]),
                 ALGORITHMS[kind],
             ),
-            slice=_conv(_p(path, "slice"), parse_bytes, g("slice", 32_768)),
-            bucket=_int(_p(path, "bucket"), g("bucket", 1), 1, 1024),
-            compression=_num(_p(path, "compression"), g("compression", 1), 1.0, 1e6),
-            channels=_int(_p(path, "channels"), g("channels", 4 if kind == "alltoall" else 1), 1, 64),
+            slice=convert(sub(path, "slice"), parse_bytes, g("slice", 32_768)),
+            bucket=integer(sub(path, "bucket"), g("bucket", 1), 1, 1024),
+            compression=number(sub(path, "compression"), g("compression", 1), 1.0, 1e6),
+            channels=integer(sub(path, "channels"), g("channels", 4 if kind == "alltoall" else 1), 1, 64),
         )
         if spec.channels > 1 and kind != "alltoall":
-            raise SpecError(_p(path, "channels"), "only all-to-all spreads its blocks over several connections")
+            raise SpecError(sub(path, "channels"), "only all-to-all spreads its blocks over several connections")
         return spec
     if kind == "ps":
         check_keys(
@@ -322,20 +245,20 @@ def parse_job(data: Any, path: str) -> JobSpec:
             path,
             {"workers", "servers"},
         )
-        workers = _hosts(_p(path, "workers"), data["workers"])
-        servers = _hosts(_p(path, "servers"), data["servers"])
+        workers = host_list(sub(path, "workers"), data["workers"])
+        servers = host_list(sub(path, "servers"), data["servers"])
         if set(workers) & set(servers):
             raise SpecError(
-                _p(path, "servers"),
+                sub(path, "servers"),
                 f"a host is both worker and server: {sorted(set(workers) & set(servers))}",
             )
         return PsJob(
             **base,
-            **_ranked(data, path),
+            **ranked_fields(data, path),
             workers=workers,
             servers=servers,
-            size=_conv(_p(path, "size"), parse_bytes, g("size", "4MB")),
-            slice=_conv(_p(path, "slice"), parse_bytes, g("slice", 32_768)),
+            size=convert(sub(path, "size"), parse_bytes, g("size", "4MB")),
+            slice=convert(sub(path, "slice"), parse_bytes, g("slice", 32_768)),
         )
     if kind == "pipeline":
         keys = {
@@ -348,17 +271,17 @@ def parse_job(data: Any, path: str) -> JobSpec:
             "schedule",
         }
         check_keys(data, (RANKED - {"ranks"}) | keys, path, {"stages"})
-        compute = _conv(_p(path, "compute"), parse_duration, g("compute", 0.05))
+        compute = convert(sub(path, "compute"), parse_duration, g("compute", 0.05))
         return PipelineJob(
             **base,
-            **_ranked(data, path),
-            stages=_hosts(_p(path, "stages"), data["stages"], 2),
-            microbatches=_int(_p(path, "microbatches"), g("microbatches", 8), 1, 10_000),
-            activation=_conv(_p(path, "activation"), parse_bytes, g("activation", "1MB")),
-            gradient=_conv(_p(path, "gradient"), parse_bytes, g("gradient", "1MB")),
+            **ranked_fields(data, path),
+            stages=host_list(sub(path, "stages"), data["stages"], 2),
+            microbatches=integer(sub(path, "microbatches"), g("microbatches", 8), 1, 10_000),
+            activation=convert(sub(path, "activation"), parse_bytes, g("activation", "1MB")),
+            gradient=convert(sub(path, "gradient"), parse_bytes, g("gradient", "1MB")),
             compute=compute,
-            compute_bwd=_conv(_p(path, "compute_bwd"), parse_duration, g("compute_bwd", compute)),
-            schedule=_choice(_p(path, "schedule"), g("schedule", "gpipe"), ("gpipe", "1f1b")),
+            compute_bwd=convert(sub(path, "compute_bwd"), parse_duration, g("compute_bwd", compute)),
+            schedule=choice(sub(path, "schedule"), g("schedule", "gpipe"), ("gpipe", "1f1b")),
         )
     if kind == "iperf":
         keys = {
@@ -373,26 +296,26 @@ def parse_job(data: Any, path: str) -> JobSpec:
             "interval",
         }
         check_keys(data, COMMON | keys, path, {"src", "dst"})
-        proto = _choice(_p(path, "proto"), g("proto", "tcp"), ("tcp", "udp"))
+        proto = choice(sub(path, "proto"), g("proto", "tcp"), ("tcp", "udp"))
         if proto == "udp" and "rate" not in data:
-            raise SpecError(_p(path, "rate"), "a udp flow needs a rate")
+            raise SpecError(sub(path, "rate"), "a udp flow needs a rate")
         if ("on" in data) != ("off" in data):
-            raise SpecError(_p(path, "on" if "on" not in data else "off"), "on and off go together")
-        src, dst = _hosts(_p(path, "src"), [g("src"), g("dst")], 2)
+            raise SpecError(sub(path, "on" if "on" not in data else "off"), "on and off go together")
+        src, dst = host_list(sub(path, "src"), [g("src"), g("dst")], 2)
         for key in ("duration", "on"):  # iperf3 3.12 reads -t with atoi: 0.5 would mean "forever"
-            if key in data and not float(_conv(_p(path, key), parse_duration, data[key])).is_integer():
-                raise SpecError(_p(path, key), "iperf3 runs whole seconds only (its -t is an integer)")
+            if key in data and not float(convert(sub(path, key), parse_duration, data[key])).is_integer():
+                raise SpecError(sub(path, key), "iperf3 runs whole seconds only (its -t is an integer)")
         return IperfJob(
             **base,
             src=src,
             dst=dst,
             proto=proto,
-            rate_bps=_conv(_p(path, "rate"), parse_rate, data["rate"]) if "rate" in data else None,
-            duration=_conv(_p(path, "duration"), parse_duration, g("duration", 5)),
-            parallel=_int(_p(path, "parallel"), g("parallel", 1), 1, 128),
-            on=_conv(_p(path, "on"), parse_duration, data["on"]) if "on" in data else None,
-            off=_conv(_p(path, "off"), parse_duration, data["off"]) if "off" in data else None,
-            interval=_conv(_p(path, "interval"), parse_duration, g("interval", 0.1)),
+            rate_bps=convert(sub(path, "rate"), parse_rate, data["rate"]) if "rate" in data else None,
+            duration=convert(sub(path, "duration"), parse_duration, g("duration", 5)),
+            parallel=integer(sub(path, "parallel"), g("parallel", 1), 1, 128),
+            on=convert(sub(path, "on"), parse_duration, data["on"]) if "on" in data else None,
+            off=convert(sub(path, "off"), parse_duration, data["off"]) if "off" in data else None,
+            interval=convert(sub(path, "interval"), parse_duration, g("interval", 0.1)),
         )
     if kind == "rtt_probe":
         check_keys(
@@ -403,11 +326,11 @@ def parse_job(data: Any, path: str) -> JobSpec:
         )
         return RttProbeJob(
             **base,
-            pairs=_pairs(_p(path, "pairs"), data["pairs"]),
-            interval=_conv(_p(path, "interval"), parse_duration, g("interval", 0.01)),
-            size=_conv(_p(path, "size"), parse_bytes, g("size", 64)),
-            duration=_conv(_p(path, "duration"), parse_duration, g("duration", 5)),
-            proto=_choice(_p(path, "proto"), g("proto", "tcp"), ("tcp", "udp")),
+            pairs=host_pairs(sub(path, "pairs"), data["pairs"]),
+            interval=convert(sub(path, "interval"), parse_duration, g("interval", 0.01)),
+            size=convert(sub(path, "size"), parse_bytes, g("size", 64)),
+            duration=convert(sub(path, "duration"), parse_duration, g("duration", 5)),
+            proto=choice(sub(path, "proto"), g("proto", "tcp"), ("tcp", "udp")),
         )
     if kind in ("shortflows", "incast"):
         keys = {
@@ -420,39 +343,39 @@ def parse_job(data: Any, path: str) -> JobSpec:
             "timeout",
         }
         check_keys(data, COMMON | keys, path, {"senders", "receiver"})
-        senders = _hosts(_p(path, "senders"), data["senders"])
+        senders = host_list(sub(path, "senders"), data["senders"])
         receiver = data["receiver"]
         if not isinstance(receiver, str) or receiver in senders:
             raise SpecError(
-                _p(path, "receiver"),
+                sub(path, "receiver"),
                 f"expected a host name that is not a sender, got {receiver!r}",
             )
         return ShortFlowsJob(
             **base,
             senders=senders,
             receiver=receiver,
-            sizes=_sizes(_p(path, "sizes"), g("sizes", "100KB")),
-            count=_int(_p(path, "count"), g("count", 20), 1, 100_000),
-            concurrency=_int(_p(path, "concurrency"), g("concurrency", 1), 1, 1000),
-            seed=_int(_p(path, "seed"), g("seed", 1), 0, 2**31),
-            timeout=_conv(_p(path, "timeout"), parse_duration, g("timeout", 60)),
+            sizes=size_distribution(sub(path, "sizes"), g("sizes", "100KB")),
+            count=integer(sub(path, "count"), g("count", 20), 1, 100_000),
+            concurrency=integer(sub(path, "concurrency"), g("concurrency", 1), 1, 1000),
+            seed=integer(sub(path, "seed"), g("seed", 1), 0, 2**31),
+            timeout=convert(sub(path, "timeout"), parse_duration, g("timeout", 60)),
         )
     keys = {"src", "dst", "trains", "burst", "size", "gap", "payload", "ecn", "capture"}
     check_keys(data, COMMON | keys, path, {"src", "dst"})
-    src, dst = _hosts(_p(path, "src"), [g("src"), g("dst")], 2)
+    src, dst = host_list(sub(path, "src"), [g("src"), g("dst")], 2)
     capture = g("capture", True)
     if not isinstance(capture, bool):
-        raise SpecError(_p(path, "capture"), f"expected true or false, got {capture!r}")
+        raise SpecError(sub(path, "capture"), f"expected true or false, got {capture!r}")
     return ScapyTrainJob(
         **base,
         src=src,
         dst=dst,
-        trains=_int(_p(path, "trains"), g("trains", 10), 1, 100_000),
-        burst=_int(_p(path, "burst"), g("burst", 32), 1, 100_000),
-        size=_int(_p(path, "size"), g("size", 1000), 64, 9000),
-        gap=_conv(_p(path, "gap"), parse_duration, g("gap", 0.01)),
-        payload=_choice(_p(path, "payload"), g("payload", "roce"), ("roce", "udp")),
-        ecn=_choice(_p(path, "ecn"), g("ecn", "ect0"), ("ect0", "ect1", "not_ect", "ce")),
+        trains=integer(sub(path, "trains"), g("trains", 10), 1, 100_000),
+        burst=integer(sub(path, "burst"), g("burst", 32), 1, 100_000),
+        size=integer(sub(path, "size"), g("size", 1000), 64, 9000),
+        gap=convert(sub(path, "gap"), parse_duration, g("gap", 0.01)),
+        payload=choice(sub(path, "payload"), g("payload", "roce"), ("roce", "udp")),
+        ecn=choice(sub(path, "ecn"), g("ecn", "ect0"), ("ect0", "ect1", "not_ect", "ce")),
         capture=capture,
     )
 

@@ -220,3 +220,60 @@ def test_pipeline_order_and_bubble(fab: Any, tmp_path: Path, schedule: str) -> N
     print(schedule, "bubble", [round(b, 3) for b in bubbles], "ideal", round(3 / 11, 3))
     # compute dominates (40 ms per micro-batch vs 1.6 ms per 20 KB transfer): the bubble is GPipe's (P-1)/(M+P-1)
     assert statistics.median(bubbles) == pytest.approx(3 / 11, abs=0.03)
+
+
+def test_background_probes_and_trains(fab: Any, tmp_path: Path) -> None:
+    from traffic.scapy_train import check_capture
+
+    tables = run(
+        fab,
+        tmp_path,
+        [
+            {"kind": "iperf", "name": "bg", "src": "l1h1", "dst": "l3h1", "duration": 2, "cc": "cubic"},
+            {
+                "kind": "iperf",
+                "name": "bgu",
+                "src": "l2h1",
+                "dst": "l4h1",
+                "proto": "udp",
+                "rate": "20Mbit",
+                "duration": 1,
+                "on": 1,
+                "off": 0.5,
+            },
+            {"kind": "rtt_probe", "name": "rtt", "pairs": [["l1h2", "l3h2"]], "interval": "20ms", "duration": 2},
+            {
+                "kind": "incast",
+                "name": "inc",
+                "senders": ["l1h2", "l2h1", "l2h2", "l3h2"],
+                "receiver": "l4h2",
+                "sizes": "200KB",
+                "count": 5,
+            },
+            {
+                "kind": "shortflows",
+                "name": "sf",
+                "senders": ["l3h1"],
+                "receiver": "l2h1",
+                "sizes": [["10KB", 3], ["1MB", 1]],
+                "count": 10,
+                "concurrency": 2,
+            },
+            {"kind": "scapy_train", "name": "tr", "src": "l1h1", "dst": "l2h2", "trains": 5, "burst": 16, "size": 1000},
+        ],
+    )
+    bg = [f for f in tables["flows"] if f["job"] == "bg"]
+    assert len(bg) == 1 and bg[0]["goodput_bps"] > 0.85 * fab.host_link.payload_rate_bps
+    udp = [f for f in tables["flows"] if f["job"] == "bgu"]
+    assert len(udp) == 1 and udp[0]["goodput_bps"] == pytest.approx(20e6, rel=0.1)
+    rtt = [r["rtt_s"] for r in tables["rtt"]]
+    assert len(rtt) >= 90 and 0 < statistics.median(rtt) < 0.05
+    fct = tables["fct"]
+    assert len([r for r in fct if r["job"] == "inc"]) == 20 and len([r for r in fct if r["job"] == "sf"]) == 10
+    trains = tables["trains"]
+    assert len(trains) == 5 and check_capture(trains, "ect0") == []
+    print(
+        f"iperf tcp {bg[0]['goodput_bps'] / 1e6:.1f} Mbit/s, udp {udp[0]['goodput_bps'] / 1e6:.1f} Mbit/s, "
+        f"rtt p50 {statistics.median(rtt) * 1e3:.2f} ms, incast fct p50 "
+        f"{statistics.median(r['t_end'] - r['t_start'] for r in fct if r['job'] == 'inc') * 1e3:.1f} ms"
+    )

@@ -128,3 +128,33 @@ def test_frames_roundtrip_through_scapy_and_fast_parser(payload: str, ecn: str) 
         assert d["ecn"] == code and d["dport"] == dport
         if payload == "roce":
             assert d["psn"] == seq
+
+
+def _documented_columns() -> dict[str, tuple[str, ...]]:
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    return {m[1]: tuple(m[2].split(",")) for m in re.finditer(r"`(\w+)\.csv`: `([\w,]+)`", text)}
+
+
+def test_parsers_emit_the_documented_columns() -> None:
+    from traffic.base import TABLE_COLUMNS
+
+    doc = _documented_columns()
+    for table, cols in TABLE_COLUMNS.items():
+        assert doc.get(table) == cols, f"{table}.csv: docs/architecture.md says {doc.get(table)}"
+    tables = {}
+    for rows in (
+        parse_iperf(DATA, "bg"),
+        parse_ranked(LOOP, "ar"),
+        parse_ranked(LOOP, "pp"),
+        parse_rtt(LOOP, "rtt"),
+        parse_fct(LOOP, "inc"),
+        parse_trains(DATA, "tr"),
+    ):
+        tables.update(rows)
+    assert set(tables) == set(TABLE_COLUMNS)
+    for table, rows in tables.items():
+        assert rows, table
+        for row in rows:
+            assert tuple(row) == TABLE_COLUMNS[table], table
