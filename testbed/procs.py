@@ -28,9 +28,7 @@ class CommandError(RuntimeError):
         self.rc = rc
         self.stderr = stderr
         tail = stderr.strip().splitlines()[-5:]
-        super().__init__(
-            f"{' '.join(self.argv)} exited {rc}: {' | '.join(tail) or '(no stderr)'}"
-        )
+        super().__init__(f"{' '.join(self.argv)} exited {rc}: {' | '.join(tail) or '(no stderr)'}")
 
 
 def netns_argv(argv: Sequence[str], netns: str | None) -> list[str]:
@@ -61,9 +59,7 @@ def run_checked(
             start_new_session=True,
         )
     except subprocess.TimeoutExpired as exc:
-        err = (
-            exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        )
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         raise CommandError(full, -9, f"{err}\ntimed out after {timeout} s") from None
     except OSError as exc:
         raise CommandError(full, 127, str(exc)) from None
@@ -126,9 +122,7 @@ class Proc:
         try:
             return self._popen.wait(timeout=max(timeout, 0.0))
         except subprocess.TimeoutExpired:
-            raise TimeoutError(
-                f"process {self.name!r} (pid {self.pid}) still running after {timeout:g} s"
-            ) from None
+            raise TimeoutError(f"process {self.name!r} (pid {self.pid}) still running after {timeout:g} s") from None
 
     def stderr_tail(self, lines: int = 10) -> str:
         """The last lines of its stderr file (empty when stderr was not sent to a file)."""
@@ -157,12 +151,8 @@ class Proc:
         if self.poll() is None:
             try:
                 self._popen.wait(timeout=5.0)
-            except (
-                subprocess.TimeoutExpired
-            ):  # unkillable (D state): report, do not hang
-                raise TimeoutError(
-                    f"process {self.name!r} (pid {self.pid}) survived SIGKILL for 5 s"
-                ) from None
+            except subprocess.TimeoutExpired:  # unkillable (D state): report, do not hang
+                raise TimeoutError(f"process {self.name!r} (pid {self.pid}) survived SIGKILL for 5 s") from None
         return self.returncode
 
 
@@ -236,9 +226,7 @@ class ProcessGroup:
             for p in live:
                 p.signal_group(sig)
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and any(
-                p.poll() is None or _group_alive(p.pid) for p in live
-            ):
+            while time.monotonic() < deadline and any(p.poll() is None or _group_alive(p.pid) for p in live):
                 time.sleep(0.01)
         errors: list[str] = []
         for p in procs:
@@ -249,7 +237,7 @@ class ProcessGroup:
         if errors:
             raise TimeoutError("; ".join(errors))
 
-    def __enter__(self) -> ProcessGroup:  # noqa: PYI034 (3.11 Self is fine but keep it explicit)
+    def __enter__(self) -> ProcessGroup:
         return self
 
     def __exit__(
