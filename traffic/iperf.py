@@ -115,7 +115,7 @@ def iperf_rows(
                 "t_start": t0 + side["start"],
                 "t_end": t0 + side["end"],
                 "goodput_bps": got * 8 / seconds,
-                "retrans": "" if udp else st["sender"].get("retransmits", 0),
+                "retrans": None if udp else st["sender"].get("retransmits", 0),
                 "path": "",
             }
         )
@@ -127,9 +127,9 @@ def iperf_rows(
                     "flow_id": f"{job}.c{cycle}.s{st['socket']}",
                     "t": t0 + st["end"],
                     "bytes": st["bytes"],
-                    "cwnd": st.get("snd_cwnd", ""),
-                    "rtt_us": st.get("rtt", ""),
-                    "retrans": st.get("retransmits", ""),
+                    "cwnd": st.get("snd_cwnd"),
+                    "rtt_us": st.get("rtt"),
+                    "retrans": st.get("retransmits"),
                 }
             )
     return flows, samples

@@ -72,7 +72,7 @@ class RttProbeGenerator(ProcGenerator):
 
 
 def parse_rtt(raw_dir: Path, job: str) -> Rows:
-    """Pure: one rtt.csv row per request (rtt_s empty when a UDP request went unanswered)."""
+    """Pure: one rtt.csv row per request (rtt_s None, an empty cell, when a UDP request went unanswered; missing numbers are None throughout)."""
     cfg = json.loads((raw_dir / f"{job}.config.json").read_text())
     rows = []
     for i, p in enumerate(cfg["probes"]):
@@ -84,7 +84,7 @@ def parse_rtt(raw_dir: Path, job: str) -> Rows:
                     "dst": p["dst"],
                     "seq": rec["seq"],
                     "t_send": rec["t_send"],
-                    "rtt_s": "" if rec["rtt_s"] is None else rec["rtt_s"],
+                    "rtt_s": rec["rtt_s"],
                 }
             )
     return {"rtt": rows}

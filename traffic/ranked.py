@@ -191,7 +191,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
             "size_bytes": size,
             "ranks": len(names),
             "ideal_s": ideal,
-            "busbw_factor": factor if factor is not None else "",
+            "busbw_factor": factor,
         }
         for i, v in sorted(iters.items())
         if seen[i] == len(names)  # an iteration some rank never finished is not one

@@ -201,7 +201,7 @@ def parse_trains(raw_dir: Path, job: str) -> Rows:
                 "t_start": tr["t_start"],
                 "t_end": tr["t_end"],
                 "sent": tr["sent"],
-                "received": len(got) if cfg["capture"] else "",
+                "received": len(got) if cfg["capture"] else None,
                 "ce": sum(1 for p in got if p["ecn"] == 3),
                 "ect": sum(1 for p in got if p["ecn"] in (1, 2)),
                 "out_of_order": sum(1 for a, c in pairwise(seqs) if c < a),

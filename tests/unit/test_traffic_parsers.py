@@ -31,7 +31,7 @@ def test_iperf_tcp() -> None:
 def test_iperf_udp_two_streams() -> None:
     t = parse_iperf(DATA, "bgu")
     assert len(t["flows"]) == 2 and {f["proto"] for f in t["flows"]} == {"udp"}
-    assert t["flows"][0]["bytes"] == 1254912 and t["flows"][0]["retrans"] == ""
+    assert t["flows"][0]["bytes"] == 1254912 and t["flows"][0]["retrans"] is None
     assert len(t["flow_samples"]) == 8
 
 
