@@ -2,8 +2,9 @@
 
 Sender (``python3 -m traffic.scapy_train CONFIG send``, in src's namespace): builds every frame once with scapy
 (Ether/IP with the ECN codepoint/UDP[/BTH with PSN = sequence number]) and sends the prebuilt bytes through ONE
-reused L2 socket: ``burst`` frames back to back per train, ``gap`` seconds between trains (per-call ``sendp``
-opens a socket per packet: 41 packets/s here; a reused socket ~75k packets/s).
+reused L2 socket: ``burst`` frames back to back per train, ``gap`` seconds between trains (machine.md: per-call
+``sendp`` opens a socket per packet, 41 packets/s; a reused socket ~75k packets/s). One UDP source port per job,
+as RoCE uses one per queue pair, so ECMP keeps a train on one path (per-packet ports reordered trains here).
 Capture (``... capture``, in dst's namespace): an AF_PACKET socket records (time, sequence, ECN) of every matching
 packet until all are in or the sender is done and 1 s passed. The header fields are read with struct at fixed
 offsets (scapy's dissector is ~100x slower); ``decode_frame`` shows the same fields through scapy.contrib.roce.
@@ -42,7 +43,7 @@ def build_frames(cfg: dict[str, Any], src_mac: str, dst_mac: str) -> list[bytes]
     for seq in range(n):
         ip = IP(src=cfg["src_ip"], dst=cfg["dst_ip"], tos=ECN[cfg["ecn"]], ttl=64)
         if roce:
-            l4 = UDP(sport=49152 + (seq % 1024), dport=ROCE_PORT) / BTH(opcode=4, dqpn=cfg["qpn"], psn=seq) / pad
+            l4 = UDP(sport=49152 + cfg["qpn"] % 16384, dport=ROCE_PORT) / BTH(opcode=4, dqpn=cfg["qpn"], psn=seq) / pad
         else:
             l4 = UDP(sport=49152, dport=UDP_PORT) / struct.pack("!I", seq) / pad
         frames.append(bytes(Ether(src=src_mac, dst=dst_mac) / ip / l4))
