@@ -2,8 +2,9 @@
 
 ``start`` writes ``<job>.config.json`` into the raw directory (everything ``parse`` needs: ranks with their hosts,
 sizes, the link payload rate) and spawns one worker per rank in its host's namespace. ``parse`` reads the config
-and the ``<job>.rank<r>.jsonl`` files and returns rows of iterations.csv, steps.csv (pipeline: pipeline.csv) and
-worker_cpu.csv.
+and the ``<job>.rank<r>.jsonl`` files and returns rows of iterations.csv, steps.csv (pipeline: pipeline.csv),
+worker_cpu.csv and flows.csv (one row per connection and direction: its ports, for ECMP path attribution; goodput
+over the first-to-last send span of the whole job).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
     steps: list[dict[str, Any]] = []
     pipe: list[dict[str, Any]] = []
     cpu: list[dict[str, Any]] = []
+    flows: list[dict[str, Any]] = []
     seen = Counter[int]()
     for r, name in enumerate(names):
         path = raw_dir / f"{job}.rank{r}.jsonl"
@@ -176,6 +178,26 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
                         "bytes": rec["bytes"],
                     }
                 )
+            elif t == "flow":
+                dst = names[rec["peer"] % len(names)]
+                span = rec["t_end"] - rec["t_start"]
+                flows.append(
+                    {
+                        "job": job,
+                        "flow_id": f"{job}.r{r}.p{rec['peer']}",
+                        "src": name,
+                        "dst": dst,
+                        "proto": "tcp",
+                        "sport": rec["sport"],
+                        "dport": rec["dport"],
+                        "bytes": rec["bytes"],
+                        "t_start": rec["t_start"],
+                        "t_end": rec["t_end"],
+                        "goodput_bps": rec["bytes"] * 8 / span if span > 0 else None,
+                        "retrans": None,
+                        "path": "",
+                    }
+                )
             elif t == "cpu":
                 cpu.append({"job": job, "rank": r, "host": name, "cpu_s": rec["cpu_s"], "wall_s": rec["wall_s"]})
     size = cfg["wire_size"] if "wire_size" in cfg else cfg["size"]
@@ -196,7 +218,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
         for i, v in sorted(iters.items())
         if seen[i] == len(names)  # an iteration some rank never finished is not one
     ]
-    out: Rows = {"iterations": rows, "worker_cpu": cpu}
+    out: Rows = {"iterations": rows, "worker_cpu": cpu, "flows": flows}
     out["pipeline" if cfg["kind"] == "pipeline" else "steps"] = pipe if cfg["kind"] == "pipeline" else steps
     return out
 

@@ -7,8 +7,8 @@ after a barrier held by rank 0 (all ranks start at the same instant of the share
 thread (``sendall`` from one preallocated buffer) and one receiver thread (``recv_into`` a preallocated buffer);
 a condition variable releases sends/computes whose dependencies are met. No per-byte Python work.
 
-Output: JSON lines in ``<out>``: ``step`` records (one per iteration, step, op, peer), ``iter`` records (per rank)
-and one final ``cpu`` record (user+system seconds of this process, wall seconds). Any error, a dead peer or a
+Output: JSON lines in ``<out>``: ``step`` records (one per iteration, step, op, peer), ``iter`` records (per rank),
+one ``flow`` record per connection this rank sent on (ports, bytes, first/last send) and one final ``cpu`` record (user+system seconds of this process, wall seconds). Any error, a dead peer or a
 timeout ends the process with a non-zero exit and a message on stderr.
 """
 
@@ -297,6 +297,7 @@ def main(argv: list[str]) -> int:
     gap = float(cfg.get("compute_gap", 0.0)) if cfg.get("bucket", 1) == 1 else 0.0
     out_path = cfg["out"].format(rank=rank)
     with open(out_path, "w") as out:
+        flows: dict[int, list[float]] = {}  # peer id -> [first send start, last send end, bytes] (this direction)
         for it in range(cfg["warmup"] + cfg["iterations"]):
             go = barrier.wait()
             if gap > 0:
@@ -305,6 +306,10 @@ def main(argv: list[str]) -> int:
             run = Iteration(prog, socks, sendbuf, go)
             t_end = run.run(cfg["timeout"])
             warm = it < cfg["warmup"]
+            for _step, op, vpeer, ts, te, n in run.records:
+                if op == "send":
+                    f = flows.setdefault(vpeer, [ts, te, 0])
+                    f[0], f[1], f[2] = min(f[0], ts), max(f[1], te), f[2] + n
             out.writelines(
                 json.dumps(
                     {
@@ -337,6 +342,18 @@ def main(argv: list[str]) -> int:
                 )
                 + "\n"
             )
+        for vpeer, (fs, fe, nb) in sorted(flows.items()):
+            sock = socks[vpeer]
+            rec = {
+                "type": "flow",
+                "peer": vpeer,
+                "sport": sock.getsockname()[1],
+                "dport": sock.getpeername()[1],
+                "t_start": fs,
+                "t_end": fe,
+                "bytes": int(nb),
+            }
+            out.write(json.dumps(rec) + "\n")
         cpu = os.times()
         out.write(
             json.dumps(

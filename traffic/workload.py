@@ -62,8 +62,10 @@ def run_workload(
     caps: dict[str, Any],
     timeout: float,
     on_event: Callable[[str, str], None] | None = None,
+    predict_path: Callable[[str, str, str, int, int], list[str]] | None = None,
 ) -> Rows:
-    """Run every job to completion within ``timeout`` seconds; return the merged tables."""
+    """Run every job to completion within ``timeout`` seconds; return the merged tables. With ``predict_path``
+    (``Fabric.predict_path``) every flows row gets its ECMP path, nodes joined by ``>``."""
     event = on_event or (lambda kind, detail: None)
     gens = [make_generator(job, i) for i, job in enumerate(jobs)]
     for g in gens:
@@ -91,7 +93,12 @@ def run_workload(
         raise
     for g in reversed(started):
         g.stop()
-    return parse_all(gens, ctx.raw_dir)
+    tables = parse_all(gens, ctx.raw_dir)
+    if predict_path is not None:
+        for row in tables.get("flows", []):
+            if not row["path"] and row["sport"]:
+                row["path"] = ">".join(predict_path(row["src"], row["dst"], row["proto"], row["sport"], row["dport"]))
+    return tables
 
 
 def _wait_started(started: list[Generator], delay: float) -> None:

@@ -51,7 +51,7 @@ def fab() -> Iterator[Any]:
 
 def run(fab: Any, tmp_path: Path, jobs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     ctx = RunContext(fab.hosts, fab.procs, tmp_path / "raw", fab.host_link)
-    return run_workload(parse_workload(jobs), ctx, fab.caps, timeout=120)
+    return run_workload(parse_workload(jobs), ctx, fab.caps, timeout=120, predict_path=fab.predict_path)
 
 
 def ratios(tables: dict[str, list[dict[str, Any]]], job: str) -> list[float]:
@@ -85,6 +85,8 @@ def test_ring_allreduce_meets_ideal_and_is_not_cpu_bound(fab: Any, tmp_path: Pat
     steps = [s for s in tables["steps"] if s["iter"] == 3 and s["rank"] == "l1h1" and s["op"] == "send"]
     assert sorted(s["step"] for s in steps) == list(range(14))  # 2(N-1) steps
     assert sum(s["bytes"] for s in steps) == 2 * 7 * S // 8
+    flows = [f for f in tables["flows"] if f["job"] == "ar"]
+    assert len(flows) == 8 and all(f["path"].startswith(f["src"]) and f["path"].endswith(f["dst"]) for f in flows)
 
 
 def test_hierarchical_crosses_spines_with_fewer_bytes(fab: Any, tmp_path: Path) -> None:

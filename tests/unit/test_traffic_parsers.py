@@ -49,6 +49,9 @@ def test_ranked_allreduce() -> None:
     assert [s["step"] for s in sorted(sends, key=lambda s: s["step"])] == list(range(6))
     assert {s["peer"] for s in sends} == {"h1"} and sum(s["bytes"] for s in sends) == 6 * 16_000
     assert len(t["worker_cpu"]) == 4
+    flows = t["flows"]  # one per connection direction a rank sent on: the ring's 4 hops
+    assert sorted((f["src"], f["dst"]) for f in flows) == [("h0", "h1"), ("h1", "h2"), ("h2", "h3"), ("h3", "h0")]
+    assert all(f["bytes"] == 3 * 6 * 16_000 and f["sport"] > 0 and f["dport"] >= 20_000 for f in flows)
 
 
 def test_ranked_pipeline_and_bubble() -> None:
