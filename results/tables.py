@@ -78,8 +78,13 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
     "fct": (("job", "flow_id", "src", "dst", "size_bytes", "t_start", "t_end", "size_class"), "flow completion times"),
     "rtt": (("job", "src", "dst", "seq", "t_send", "rtt_s"), "latency probe samples (rtt_s empty when lost)"),
     "pipeline": (
-        ("job", "stage", "microbatch", "phase", "op", "peer", "t_start", "t_end", "bytes"),
+        ("job", "iter", "stage", "microbatch", "phase", "op", "peer", "t_start", "t_end", "bytes"),
         "pipeline-parallel schedule events",
+    ),
+    "worker_cpu": (("job", "rank", "host", "cpu_s", "wall_s"), "CPU seconds each traffic worker used"),
+    "trains": (
+        ("job", "train", "t_start", "t_end", "sent", "received", "ce", "ect", "out_of_order"),
+        "scapy packet trains: what was sent and what arrived",
     ),
     "marks": (("node", "dev", "impl", "marks", "ect_seen"), "ECN marker counters at the end of the run"),
     "events": (("t", "kind", "detail"), "lifecycle events"),

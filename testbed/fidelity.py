@@ -48,6 +48,9 @@ class Thresholds:
     sampler_rate_min: float = 0.9  # achieved / target sampling rate
     sampler_gap_max_s: float = 0.05
     keyframe_s: float = 0.1  # the sampler writes a row at least this often per queue
+    # share of non-empty queue samples allowed to average more than a frame per packet: a stray 2-segment skb
+    # (seen once in 60,000 samples of a host queue, gso_max_segs 1) does not make the queue figures meaningless
+    gso_share_max: float = 0.001
 
 
 def _f(v: Any) -> float | None:
@@ -254,7 +257,9 @@ def check_sampler(
     )
 
 
-def check_gso(queues: Iterable[Row], ports: list[Mapping[str, Any]], packet_level: bool = True) -> dict[str, Any]:
+def check_gso(
+    queues: Iterable[Row], ports: list[Mapping[str, Any]], packet_level: bool = True, share_max: float = 0.001
+) -> dict[str, Any]:
     frames = {(str(p["node"]), str(p["dev"])): int(p.get("mtu") or 1500) + ETH_HEADER for p in ports}
     default = max(frames.values(), default=1500 + ETH_HEADER)
     seen: dict[str, dict[str, Any]] = {}
@@ -283,13 +288,17 @@ def check_gso(queues: Iterable[Row], ports: list[Mapping[str, Any]], packet_leve
             f"average queued packet <= one frame ({default} B) in all {nonempty} non-empty samples",
         )
     n = sum(d["samples"] for d in seen.values())
+    share = n / nonempty
     reason = (
         f"{len(seen)} queues held packets bigger than a frame (max average {max(d['max_avg_bytes'] for d in seen.values()):.0f} B "
-        f"> {default} B) in {n} samples: GSO/GRO super-packets, so per-packet queue figures are not packet-level"
+        f"> {default} B) in {n} of {nonempty} non-empty samples ({share:.3%}, tolerated up to {share_max:.1%})"
     )
+    ok = share <= share_max
+    if not ok:
+        reason += ": GSO/GRO super-packets, so per-packet queue figures are not packet-level"
     if not packet_level:
         reason += " (allowed: this run did not ask for packet-level queues)"
-    return check("gso_superpackets", not packet_level, round(worst, 1), default, reason, seen)
+    return check("gso_superpackets", ok or not packet_level, round(worst, 1), default, reason, seen)
 
 
 def verdict(checks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -320,7 +329,7 @@ def evaluate(
             check_bottlenecks(q, ports, lk, th, window),
             check_cpu(c, th, window),
             check_sampler(sampler_health, q, th, window),
-            check_gso(q, ports, packet_level),
+            check_gso(q, ports, packet_level, th.gso_share_max),
         ]
     )
 

@@ -21,8 +21,7 @@ from typing import Any
 from results.record import RunRecord
 from testbed.capabilities import probe
 from testbed.fabric import Fabric, check_spec
-from testbed.runctx import RunContext
-from testbed.scenario import Scenario, ScenarioFile, load_scenario_file
+from testbed.scenario import Scenario, ScenarioFile, load_scenario_file, resolved
 
 SYSCTLS = [
     "net.ipv4.tcp_ecn",
@@ -102,13 +101,11 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
 
 def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: float = 0.0) -> RunResult:
     """Run one sweep point; always returns (a failure is recorded, not raised), except for Ctrl-C."""
-    from traffic.generators import make_generator
-
     record = RunRecord.create(
         out,
         scenario.name,
         {k: v for k, v in scenario.variant},
-        scenario=scenario.raw,
+        scenario=resolved(scenario),
         repeat_index=scenario.repeat_index,
         seed=scenario.seed,
         extra={
@@ -117,18 +114,20 @@ def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: fl
             "tools": tool_versions(),
             "guest": guest_environment(),
             "scale": scenario.scale,
+            "scenario_file": scenario.raw,
         },
     )
     try:
         from testbed import fidelity
 
         record.set("preflight", fidelity.preflight(scenario.fabric, scenario.workload, caps))
-        generators = [make_generator(job) for job in scenario.workload]
-        for g in generators:
-            g.check(caps)
+        from traffic.workload import make_generator
+
+        for i, job in enumerate(scenario.workload):  # refuse before building
+            make_generator(job, i).check(caps)
         extra_cc = frozenset(str(j.cc) for j in scenario.workload if getattr(j, "cc", None))
         with Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc) as fab:
-            _run_on_fabric(record, scenario, fab, generators, caps)
+            _run_on_fabric(record, scenario, fab, caps)
         window = record.manifest.get("traffic_window")
         verdict = fidelity.evaluate_run(record.path, window=tuple(window) if window else None)
         record.set("fidelity", verdict)
@@ -146,11 +145,11 @@ def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: fl
         return RunResult(record.path, "failed", None, error)
 
 
-def _run_on_fabric(
-    record: RunRecord, scenario: Scenario, fab: Fabric, generators: list[Any], caps: dict[str, Any]
-) -> None:
+def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: dict[str, Any]) -> None:
     from testbed.telemetry import start_sampler
     from testbed.telemetry.netstat import snapshot_hosts
+    from traffic.base import RunContext
+    from traffic.workload import run_workload
 
     record.update(
         {
@@ -160,7 +159,6 @@ def _run_on_fabric(
             "sysctls": sysctl_values(fab),
             "tc_before": tc_text(fab),
             "build_s": round(fab.build_s, 3),
-            "ranks": {},
         }
     )
     record.event("built", f"{fab.prefix} in {fab.build_s:.2f} s")
@@ -173,61 +171,29 @@ def _run_on_fabric(
         fab.procs, _sampler_ports(fab), record.path, rate_hz=tele.queue_hz, link_hz=tele.link_hz, cpu_hz=tele.cpu_hz
     )
     record.event("sampler", "started")
-    ctx = RunContext(
-        hosts=fab.hosts,
-        procs=fab.procs,
-        raw_dir=record.raw_dir,
-        host_link=fab.spec.host_link,
-        fabric_link=fab.spec.fabric_link,
-        cc_name=fab.cc_name,
-        predict_path=fab.predict_path,
-        seed=scenario.seed,
-        t0=time.time(),
-        caps=caps,
-    )
-    failure: BaseException | None = None
+    ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name)
     t_start = time.time()
     try:
-        for g in generators:
-            g.start(ctx)
-            record.event("job_started", g.name)
-        deadline = time.monotonic() + scenario.duration_s
-        for g in generators:
-            g.wait(max(0.0, deadline - time.monotonic()))
-            record.event("job_done", g.name)
-    except BaseException as exc:
-        failure = exc
-        record.event("job_failed", f"{type(exc).__name__}: {exc}")
+        tables = run_workload(
+            scenario.workload, ctx, caps, scenario.duration_s, on_event=record.event, predict_path=fab.predict_path
+        )
     finally:
-        for g in generators:
-            g.stop()
         record.set("traffic_window", [t_start, time.time()])
-    for row in snapshot_hosts(hosts_ns, "end"):
-        netstat.write(row)
-    record.set("sampler_health", sampler.stop())
-    record.set("tc_after", tc_text(fab))
-    if fab._markers is not None:
-        marks = record.table("marks")
-        for (ns, dev), c in fab._markers.read_marks().items():
-            marks.write(
-                {
-                    "node": ns.split("-", 1)[1],
-                    "dev": dev,
-                    "impl": "bpf",
-                    "marks": c.get("marks"),
-                    "ect_seen": c.get("ect_seen"),
-                }
-            )
-    if failure is not None:
-        raise failure
-    for g in generators:
-        for table, rows in g.parse(record.raw_dir).items():
-            if table == "ranks":
-                record.set("ranks", {**record.manifest.get("ranks", {}), **rows})  # type: ignore[dict-item]
-                continue
-            w = record.table(table)
-            for row in rows:
-                w.write(row)
+        for row in snapshot_hosts(hosts_ns, "end"):
+            netstat.write(row)
+        record.set("sampler_health", sampler.stop())
+        record.set("tc_after", tc_text(fab))
+        if fab._markers is not None:
+            marks = record.table("marks")
+            for (ns, dev), c in fab._markers.read_marks().items():
+                node = ns.split("-", 1)[1]
+                marks.write(
+                    {"node": node, "dev": dev, "impl": "bpf", "marks": c.get("marks"), "ect_seen": c.get("ect_seen")}
+                )
+    for table, rows in tables.items():
+        w = record.table(table)
+        for row in rows:
+            w.write(row)
 
 
 def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0) -> list[RunResult]:

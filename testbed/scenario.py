@@ -20,18 +20,20 @@ Loading validates everything (unknown keys, impossible values, every sweep point
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from testbed.fabricspec import FabricSpec
+from testbed.fabricspec import FabricSpec, Override
 from testbed.spec import SpecError, _float, _int, _sub, check_keys
 from testbed.topology import Topology
-from testbed.units import UnitError, parse_duration
+from testbed.units import Size, UnitError, parse_duration
 
 SCENARIO_KEYS = {
     "name",
@@ -88,6 +90,37 @@ class ScenarioFile:
     base: Scenario
     points: tuple[Scenario, ...]
     path: Path | None = None
+
+
+def to_plain(obj: Any) -> Any:
+    """A spec as plain JSON data with every default filled in (what the manifest records and reports compare)."""
+    if isinstance(obj, Size):
+        return str(obj)
+    if isinstance(obj, Override):
+        return {"selector": obj.selector, **{k: to_plain(v) for k, v in obj.values}}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "raw"}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, Fraction):
+        return float(obj)
+    return obj
+
+
+def resolved(scenario: Scenario) -> dict[str, Any]:
+    """The scenario as run: every spec with its defaults, so that runs compare key by key."""
+    return {
+        "name": scenario.name,
+        "description": scenario.description,
+        "fabric": to_plain(scenario.fabric),
+        "workload": [to_plain(job) for job in scenario.workload],
+        "duration_s": scenario.duration_s,
+        "seed": scenario.seed,
+        "telemetry": to_plain(scenario.telemetry),
+        "kernel": scenario.kernel,
+    }
 
 
 def _slug(text: str) -> str:

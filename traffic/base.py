@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from results.tables import SCHEMAS
 from testbed.procs import Proc, ProcessGroup
 from testbed.spec import LinkSpec
 from testbed.topology import HostInfo
@@ -22,44 +24,8 @@ PYTHON = "/usr/bin/python3"
 Rows = dict[str, list[dict[str, Any]]]
 
 
-# The columns of every table a traffic parser returns, in order (docs/architecture.md is the contract).
-TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "iterations": (
-        "job",
-        "kind",
-        "algorithm",
-        "iter",
-        "warmup",
-        "t_start",
-        "t_end",
-        "size_bytes",
-        "ranks",
-        "ideal_s",
-        "busbw_factor",
-    ),
-    "steps": ("job", "iter", "rank", "step", "op", "peer", "t_start", "t_end", "bytes"),
-    "flows": (
-        "job",
-        "flow_id",
-        "src",
-        "dst",
-        "proto",
-        "sport",
-        "dport",
-        "bytes",
-        "t_start",
-        "t_end",
-        "goodput_bps",
-        "retrans",
-        "path",
-    ),
-    "flow_samples": ("job", "flow_id", "t", "bytes", "cwnd", "rtt_us", "retrans"),
-    "fct": ("job", "flow_id", "src", "dst", "size_bytes", "t_start", "t_end", "size_class"),
-    "rtt": ("job", "src", "dst", "seq", "t_send", "rtt_s"),
-    "pipeline": ("job", "iter", "stage", "microbatch", "phase", "op", "peer", "t_start", "t_end", "bytes"),
-    "worker_cpu": ("job", "rank", "host", "cpu_s", "wall_s"),
-    "trains": ("job", "train", "t_start", "t_end", "sent", "received", "ce", "ect", "out_of_order"),
-}
+# The columns of every table a traffic parser returns: the record format's own schema (results/tables.py).
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {name: cols for name, (cols, _) in SCHEMAS.items()}
 
 
 class GeneratorError(RuntimeError):
@@ -75,6 +41,11 @@ class RunContext:
     procs: ProcessGroup
     raw_dir: Path
     host_link: LinkSpec = field(default_factory=LinkSpec)
+    # the kernel's name of a congestion control in this run: the BPF DCTCP registers as dctcp_<prefix>
+    cc_name: Callable[[str], str] = field(default=lambda cc: cc)
+
+    def kernel_cc(self, cc: str | None) -> str | None:
+        return None if cc is None else self.cc_name(cc)
 
     @property
     def payload_Bps(self) -> float:
@@ -93,6 +64,8 @@ class Generator(Protocol):
 
 def check_cc(caps: dict[str, Any], cc: str | None, job: str) -> None:
     """A per-socket congestion control must exist in this kernel (the probe's ``cc.<name>`` key)."""
+    if cc == "dctcp" and (caps.get("ecn") or {}).get("dctcp") in ("kernel", "bpf"):
+        return  # the run provides it: the kernel module, or the project's BPF struct_ops DCTCP
     if cc is not None and caps.get(f"cc.{cc}") is False:
         raise GeneratorError(f"job {job}: congestion control {cc} is not available in this kernel")
 

@@ -42,7 +42,7 @@ class IperfGenerator(ProcGenerator):
         if caps.get("tool.iperf3") is False:
             raise GeneratorError(f"job {self.name}: iperf3 is not installed (apt install iperf3)")
 
-    def client_argv(self, dst_ip: str) -> list[str]:
+    def client_argv(self, dst_ip: str, cc: str | None = None) -> list[str]:
         s = self.spec
         argv = [IPERF, "-c", dst_ip, "-p", str(self.port), "-J", "-i", f"{s.interval:g}", "-P", str(s.parallel)]
         argv += ["--connect-timeout", "3000"]
@@ -50,8 +50,8 @@ class IperfGenerator(ProcGenerator):
             argv += ["-u", "-b", str(s.rate_bps)]
         elif s.rate_bps:
             argv += ["-b", str(s.rate_bps)]
-        if s.cc and s.proto == "tcp":
-            argv += ["-C", s.cc]
+        if cc and s.proto == "tcp":
+            argv += ["-C", cc]
         return argv
 
     def start(self, ctx: RunContext) -> None:
@@ -62,7 +62,17 @@ class IperfGenerator(ProcGenerator):
         meta = {"job": self.name, "src": src.name, "dst": dst.name, "proto": self.spec.proto, "cycles": n}
         (ctx.raw_dir / f"{self.name}.iperf.json").write_text(json.dumps(meta))
         # the server needs a moment to listen: the client's --connect-timeout and a retry loop cover it
-        argv = ["sh", "-c", "sleep 0.2; " + LOOP, "sh", str(n), f"{on:g}", f"{off:g}", pre, *self.client_argv(dst.ip)]
+        argv = [
+            "sh",
+            "-c",
+            "sleep 0.2; " + LOOP,
+            "sh",
+            str(n),
+            f"{on:g}",
+            f"{off:g}",
+            pre,
+            *self.client_argv(dst.ip, ctx.kernel_cc(self.spec.cc)),
+        ]
         self._spawn(ctx, "client", argv, src.netns)
 
     def parse(self, raw_dir: Path) -> Rows:

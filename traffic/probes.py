@@ -41,7 +41,7 @@ class RttProbeGenerator(ProcGenerator):
                     "interval": s.interval,
                     "duration": s.duration,
                     "proto": s.proto,
-                    "cc": s.cc,
+                    "cc": ctx.kernel_cc(s.cc),
                 }
             )
         cfg = {
@@ -49,7 +49,7 @@ class RttProbeGenerator(ProcGenerator):
             "port": self.port,
             "size": s.size,
             "proto": s.proto,
-            "cc": s.cc,
+            "cc": ctx.kernel_cc(s.cc),
             "probes": probes,
             "out": str(ctx.raw_dir / f"{s.name}.probe{{index}}.jsonl"),
         }
@@ -126,7 +126,7 @@ class ShortFlowsGenerator(ProcGenerator):
             "port": self.port,
             "dst": recv.name,
             "dst_ip": recv.ip,
-            "cc": s.cc,
+            "cc": ctx.kernel_cc(s.cc),
             "senders": len(senders),
             "sender_names": [h.name for h in senders],
             "rounds": s.count,

@@ -82,7 +82,7 @@ class RankedGenerator(ProcGenerator):
             "warmup": s.warmup,
             "compute_gap": s.compute_gap,
             "timeout": s.timeout,
-            "cc": s.cc,
+            "cc": ctx.kernel_cc(s.cc),
             "payload_Bps": ctx.payload_Bps,
             "out": str(ctx.raw_dir / f"{s.name}.rank{{rank}}.jsonl"),
         }

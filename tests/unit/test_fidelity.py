@@ -150,6 +150,18 @@ def test_gso_superpackets_flagged():
     assert check_gso(queue_trace(0.99, backlog=60560, pkts=40), PORTS)["ok"] is True  # 1514 B each
 
 
+def test_gso_one_stray_sample_is_tolerated_but_a_share_is_not():
+    # measured once: one sample of a host queue held 18028 B in 1 packet among ~60,000 non-empty samples
+    good = queue_trace(0.99, backlog=60560, pkts=40)
+    stray = dict(good[len(good) // 2], backlog_bytes=3028, backlog_pkts=1)
+    rows = good * 3 + [stray]
+    c = check_gso(rows, PORTS)
+    assert len(rows) > 1000 and c["ok"] is True, c["reason"]
+    assert "tolerated" in c["reason"]
+    many = good + [stray] * (len(good) // 10)
+    assert check_gso(many, PORTS)["ok"] is False
+
+
 def test_sampler_health():
     assert check_sampler(HEALTH)["ok"] is True
     slow = {**HEALTH, "rate_hz_min": 600.0}

@@ -219,10 +219,6 @@ def test_minimal_workload_parses() -> None:
     assert [j.name for j in s.workload] == ["bulk"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scenario.build_scenario checks hosts through job.hosts_used(), which no traffic.specs job defines yet",
-)
 def test_workload_host_outside_the_fabric_is_refused() -> None:
     exc = spec_error(
         lambda: load_scenario(
