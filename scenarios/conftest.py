@@ -1,0 +1,125 @@
+"""Scenario tests: run an experiment's scenario file through the harness, then check the field's result.
+
+Every point of the sweep becomes a run record under ``runs/scenarios/<session>/<scenario>/`` and the comparison
+report (table, plots, report.html) goes beside it; pytest prints where. A run that failed, or that the fidelity
+guardrails marked not faithful (CPU saturated, a busy link below its rate, ...), fails the test before any result
+is asserted: the emulator could not produce the numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+RUNS = Path(os.environ.get("TESTBED_SCENARIO_RUNS", HERE.parent / "runs" / "scenarios"))
+SESSION = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+@dataclass
+class Point:
+    """One run of an experiment: the sweep values, the summary metrics, the manifest."""
+
+    variant: dict[str, Any]
+    summary: dict[str, Any]
+    manifest: dict[str, Any]
+    path: Path
+
+    def __getitem__(self, key: str) -> Any:
+        return self.summary[key]
+
+    def queue(self, name: str) -> dict[str, Any]:
+        """Per-queue metrics of ``node:dev`` (e.g. ``l1:l1-l1h1``)."""
+        return dict(self.summary["queues"][name])
+
+    def job(self, name: str) -> dict[str, Any]:
+        return dict(self.summary["collective_per_job"][name])
+
+    def table(self, name: str) -> list[dict[str, Any]]:
+        from results.record import load_run
+
+        return list(load_run(self.path).table(name).rows)
+
+
+@dataclass
+class Experiment:
+    name: str
+    points: list[Point]
+    report: Path
+    notes: list[str] = field(default_factory=list)
+
+    def where(self, **match: Any) -> Point:
+        """The one point whose variant has these values (keys are the sweep's last key component)."""
+        found = [p for p in self.points if all(_last(p.variant).get(k) == v for k, v in match.items())]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} points match {match} among {[p.variant for p in self.points]}")
+        return found[0]
+
+    def expect(self, ok: bool, what: str) -> None:
+        """Assert with the measured-vs-expected message and where the report is."""
+        if not ok:
+            pytest.fail(f"{self.name}: {what}\n  report: {self.report}", pytrace=False)
+
+
+def _last(variant: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in variant.items():
+        out[k.split(".")[-1]] = v
+        out[k] = v
+    return out
+
+
+def load(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((HERE / f"{name}.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    from testbed.scenario import _set_path
+
+    _set_path(data, dotted, value)
+
+
+@pytest.fixture
+def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experiment]]:
+    """``experiment("ecn", **{"fabric.host_link.rate": "50Mbit"})`` runs scenarios/ecn.yaml (with overrides)."""
+    from results.cli import report_main
+    from results.record import load_run
+    from testbed.run import run_file
+    from testbed.scenario import expand
+
+    def run(name: str, data: dict[str, Any] | None = None, **overrides: Any) -> Experiment:
+        scenario = copy.deepcopy(data) if data is not None else load(name)
+        for key, value in overrides.items():
+            _set(scenario, key, value)
+        out = RUNS / SESSION / request.node.name
+        results = run_file(expand(scenario), out, lock_wait=1800)
+        report = out / "report"
+        report_main([*(str(r.path) for r in results), "-o", str(report)])
+        points = []
+        problems = []
+        for r in results:
+            rec = load_run(r.path)
+            if r.status != "complete":
+                problems.append(f"{r.path.name}: {r.status}: {r.error}")
+                continue
+            fid = rec.manifest.get("fidelity") or {}
+            if fid.get("faithful") is False:
+                failed = [c["reason"] for c in fid.get("checks", []) if c.get("ok") is False]
+                problems.append(f"{r.path.name}: NOT FAITHFUL (the emulation could not keep up): {'; '.join(failed)}")
+            points.append(Point(dict(rec.manifest.get("variant") or {}), rec.summary or {}, rec.manifest, r.path))
+        print(f"\n{name}: {len(results)} runs in {out}; report {report / 'report.html'}")
+        if problems:
+            pytest.fail(f"{name}: " + "\n  ".join(problems) + f"\n  report: {report}", pytrace=False)
+        return Experiment(name, points, report / "report.html")
+
+    yield run
