@@ -117,17 +117,30 @@ def detect_variants(runs: Sequence[Run]) -> Variants:
         for k in all_keys
         if len({json.dumps(f.get(k, UNSET), sort_keys=True, default=str) for f in flat.values()}) > 1
     ]
-    short = _short_names(differing)
     values = {rid: {k: f.get(k, UNSET) for k in differing} for rid, f in flat.items()}
+    shown = label_keys(differing, values)
+    short = _short_names(shown)
     labels = {}
     for r in runs:
         vals = values[r.run_id]
-        labels[r.run_id] = (
-            ", ".join(f"{short[k]}={vals[k]}" for k in differing)
-            if differing
-            else str(r.manifest.get("scenario_name") or "all runs")
-        )
+        parts = [f"{short[k]}={vals[k]}" for k in shown if vals[k] not in (None, UNSET)]
+        labels[r.run_id] = ", ".join(parts) if parts else str(r.manifest.get("scenario_name") or "all runs")
     return Variants(differing, values, labels)
+
+
+def label_keys(differing: Sequence[str], values: dict[str, dict[str, Any]]) -> list[str]:
+    """The differing keys worth naming in a label: a key whose values move in lockstep with an earlier key's
+    (fabric_link.marking.k beside host_link.marking.k, when a sweep sets both) is left out of labels."""
+    shown: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for k in differing:
+        pattern = json.dumps([values[rid][k] for rid in sorted(values)], sort_keys=True, default=str)
+        suffix = k.split(".")[-1]
+        if (suffix, pattern) in seen:
+            continue
+        seen.add((suffix, pattern))
+        shown.append(k)
+    return shown
 
 
 def fidelity_ok(manifest: dict[str, Any]) -> bool | None:

@@ -115,3 +115,24 @@ def test_failed_run_row(runs) -> None:  # type: ignore[no-untyped-def]
     row = next(r for r in cmp.rows if r.status.startswith("failed"))
     assert row.status == "failed: iperf3 exited 1" and row.fidelity.startswith("NOT FAITHFUL")
     assert row.label == "buffer=50KB [failed]"
+
+
+def test_labels_leave_out_keys_that_move_in_lockstep_and_unset_values():
+    from results.compare import label_keys
+
+    values = {
+        "a": {
+            "fabric.host_link.marking.k": "30KB",
+            "fabric.fabric_link.marking.k": "30KB",
+            "fabric.host_link.marking.mode": "step",
+        },
+        "b": {
+            "fabric.host_link.marking.k": None,
+            "fabric.fabric_link.marking.k": None,
+            "fabric.host_link.marking.mode": "off",
+        },
+    }
+    keys = ["fabric.host_link.marking.k", "fabric.fabric_link.marking.k", "fabric.host_link.marking.mode"]
+    assert label_keys(keys, values) == ["fabric.host_link.marking.k", "fabric.host_link.marking.mode"]
+    values["b"]["fabric.fabric_link.marking.k"] = "60KB"  # no longer in lockstep: both are named
+    assert len(label_keys(keys, values)) == 3
