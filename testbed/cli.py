@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
 from testbed.spec import SpecError
 
-DEFAULT_SCENARIO = "scenarios/default.yaml"
+DEFAULT_SCENARIO = str(Path(__file__).resolve().parents[1] / "scenarios" / "default.yaml")
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ was faithful.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -101,6 +102,10 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
 
 def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: float = 0.0) -> RunResult:
     """Run one sweep point; always returns (a failure is recorded, not raised), except for Ctrl-C."""
+    from testbed import guestfit
+
+    telemetry, fit_notes = guestfit.fit_telemetry(scenario.telemetry)
+    scenario = dataclasses.replace(scenario, telemetry=telemetry)
     record = RunRecord.create(
         out,
         scenario.name,
@@ -115,6 +120,7 @@ def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: fl
             "guest": guest_environment(),
             "scale": scenario.scale,
             "scenario_file": scenario.raw,
+            **({"guest_fit": fit_notes} if fit_notes else {}),
         },
     )
     try:
@@ -200,8 +206,11 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0) -> list[RunRes
     from results.progress import Progress
 
     caps = probe()
+    from testbed import guestfit
+
     for point in sf.points:  # refuse what cannot run here before the first point starts
         check_spec(point.fabric, caps)
+        guestfit.check_fabric(point.fabric)
     progress = Progress(len(sf.points))
     progress.plan([p.duration_s + 5 for p in sf.points])
     results = []
@@ -258,6 +267,7 @@ def run_main(args: argparse.Namespace) -> int:
 
         report_dir = out / "reports" / results[0].path.name
         report_main([*(str(r.path) for r in results), "-o", str(report_dir)])
+        print(f"HTML report: {(report_dir / 'report.html').resolve()}")
     bad = [r for r in results if r.status != "complete" or (r.faithful is False and not args.allow_unfaithful)]
     if bad:
         print(json.dumps([str(r.path) for r in bad]), file=sys.stderr)
