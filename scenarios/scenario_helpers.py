@@ -1,0 +1,74 @@
+"""Helpers the scenario tests share: queue percentiles from queues.csv, max-min fair rates over predicted paths,
+and the reversed-setting switch (``TESTBED_REVERSED=1``) used to show that each assertion depends on its setting."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+REVERSED = os.environ.get("TESTBED_REVERSED") == "1"
+
+
+def backlog_percentiles(
+    path: Any, queue: str, pcts: list[float], window: tuple[float, float] | None = None
+) -> list[float]:
+    """Time-weighted percentiles of one egress queue's backlog (bytes) over ``window`` (default: the traffic window)
+    of the run at ``path``.
+
+    queues.csv has a row when a counter changed (and a keyframe at least every 0.1 s): the backlog holds its value
+    until the next row, so each row weighs the time to the next one.
+    """
+    from results.metrics import load_window
+    from results.record import load_run
+
+    run = load_run(path)
+    win = window or load_window(run)
+    node, dev = queue.split(":", 1)
+    rows = sorted(
+        (r for r in run.table("queues") if r.get("node") == node and r.get("dev") == dev), key=lambda r: r["t"]
+    )
+    t = np.array([r["t"] for r in rows], float)
+    b = np.array([r["backlog_bytes"] or 0 for r in rows], float)
+    if win is not None:
+        keep = (t >= win[0]) & (t <= win[1])
+        t, b = t[keep], b[keep]
+    if t.size < 2:
+        raise ValueError(f"{queue}: fewer than 2 queue samples in the window {win}")
+    w = np.diff(t)
+    b = b[:-1]
+    order = np.argsort(b, kind="stable")
+    cum = np.cumsum(w[order]) / w.sum()
+    return [float(b[order][min(int(np.searchsorted(cum, p / 100.0)), b.size - 1)]) for p in pcts]
+
+
+def max_min_fair(paths: dict[str, list[str]], capacity: dict[tuple[str, str], float]) -> dict[str, float]:
+    """Max-min fair rate of every flow (water-filling) given each flow's node path and each hop's capacity."""
+    hops = {f: list(itertools.pairwise(p)) for f, p in paths.items()}
+    rate: dict[str, float] = {}
+    left = dict(capacity)
+    active = set(paths)
+    while active:
+        users: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for f in active:
+            for h in hops[f]:
+                users[h].append(f)
+        share, link = min((left[h] / len(fs), h) for h, fs in users.items())
+        for f in users[link]:
+            rate[f] = share
+            active.discard(f)
+            for h in hops[f]:
+                left[h] -= share
+    return rate
+
+
+def shared_hops(paths: dict[str, list[str]]) -> dict[tuple[str, str], list[str]]:
+    """Hops (node, next node) that carry two or more of the flows: where they collided."""
+    users: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for f, p in paths.items():
+        for h in itertools.pairwise(p):
+            users[h].append(f)
+    return {h: fs for h, fs in sorted(users.items()) if len(fs) > 1}
