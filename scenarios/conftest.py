@@ -46,7 +46,7 @@ class Point:
     def table(self, name: str) -> list[dict[str, Any]]:
         from results.record import load_run
 
-        return list(load_run(self.path).table(name).rows)
+        return list(load_run(self.path).table(name))  # Table is a list of row dicts
 
 
 @dataclass

@@ -64,8 +64,9 @@ class RunState:
 class RunLock:
     """The machine-wide lock of a live run, and its state file."""
 
-    def __init__(self, wait: float = 0.0):
+    def __init__(self, wait: float = 0.0, label: str = ""):
         self.wait = wait
+        self.label = label  # said after "<prefix> pid N" to whoever waits on the lock (e.g. "guest-kernel run")
         self._fd: int | None = None
         self.state: RunState | None = None
 
@@ -93,7 +94,7 @@ class RunLock:
         clean(quiet=True)  # whatever a crashed run left, before this one starts
         prefix = new_prefix()
         os.ftruncate(fd, 0)
-        os.write(fd, f"{prefix} pid {os.getpid()}\n".encode())
+        os.write(fd, f"{prefix} pid {os.getpid()}{' ' + self.label if self.label else ''}\n".encode())
         self.state = RunState(prefix, os.getpid(), time.time())
         self.state.save()
         return self.state

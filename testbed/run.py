@@ -135,7 +135,7 @@ def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: fl
         with Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc) as fab:
             _run_on_fabric(record, scenario, fab, caps)
         window = record.manifest.get("traffic_window")
-        verdict = fidelity.evaluate_run(record.path, window=tuple(window) if window else None)
+        verdict = fidelity.evaluate_run(record.path, window=tuple(window) if window else None, **guestfit.thresholds())
         record.set("fidelity", verdict)
         record.finish("complete")
         return RunResult(record.path, "complete", bool(verdict.get("faithful")))

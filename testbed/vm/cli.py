@@ -47,6 +47,12 @@ def parser() -> argparse.ArgumentParser:
         help="extra host directory the guest may write (runs/ and -o DIRs are always shared)",
     )
     p.add_argument("--bench-lock", action="store_true", help="hold /run/testbed-bench.lock while the guest runs")
+    p.add_argument(
+        "--lock-wait",
+        type=float,
+        default=1800.0,
+        help="seconds to wait for a native run to release the host's run lock (the guest holds it while it runs)",
+    )
     p.add_argument("--no-install", action="store_true", help="fail instead of installing missing tools")
     p.add_argument("--quiet", action="store_true", help="do not print the one-line summary")
     p.add_argument("--setup", action="store_true", help="install the guest tools and fetch the kernel, then exit")
@@ -82,6 +88,7 @@ def vm_main(argv: list[str]) -> int:
             accel=args.accel,
             install=not args.no_install,
             bench_lock=args.bench_lock,
+            lock_wait=args.lock_wait,
         )
     except VmError as e:
         print(f"testbed vm: error: {e}", file=sys.stderr)

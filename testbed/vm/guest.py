@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from testbed.ownership import BusyError, RunLock
 from testbed.vm.accel import Accel, choose_accel
 from testbed.vm.command import VngOptions, build_vng_command, parse_ready
 from testbed.vm.errors import GuestTimeout, VmError
@@ -168,12 +169,19 @@ def run_in_guest(
     install: bool = True,
     bench_lock: bool = False,
     cache: Path = DEFAULT_CACHE,
+    run_lock: bool = True,
+    lock_wait: float = 1800.0,
 ) -> GuestResult:
     """Run ``argv`` in the guest kernel; raises VmError (one-line reason) if the guest itself fails.
 
     A command that fails is not an error: its exit code comes back in ``rc``. ``bench_lock`` holds
     /run/testbed-bench.lock on the host for the guest's lifetime (TCG uses every core); leave it False when the
     caller already holds it (a second open of the lock would wait on itself).
+
+    ``run_lock`` holds the host's run lock (/run/testbed/lock, ``testbed.ownership.RunLock``) for the guest's
+    lifetime, waiting up to ``lock_wait`` s for a native run to finish: under TCG QEMU uses every core, so no native
+    fabric may build (and measure) while a guest runs; a native run started meanwhile waits or is refused with
+    "another testbed run is active (... guest-kernel run)". The guest's own runs lock the guest's /run.
     """
     tools = ensure_guest_tools(install=install)
     image: KernelImage = ensure_kernel(kernel, cache)
@@ -184,9 +192,14 @@ def run_in_guest(
     work = Path(cwd).resolve() if cwd is not None else Path.cwd()
     rw = tuple(dict.fromkeys(shared))
     with ExitStack() as stack:
-        if bench_lock:
+        if bench_lock:  # first, as benchmarks do (bench lock, then the run lock of their fabric)
             lock = stack.enter_context(open(BENCH_LOCK, "w"))
             fcntl.flock(lock, fcntl.LOCK_EX)
+        if run_lock:
+            try:
+                stack.enter_context(RunLock(lock_wait, label="guest-kernel run"))
+            except BusyError as exc:
+                raise VmError(f"guest not started: {exc}") from None
         for attempt in (chosen, Accel("tcg", f"KVM failed to boot the guest; {chosen.reason}")):
             env = {
                 "TESTBED_GUEST": "1",

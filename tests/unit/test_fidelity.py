@@ -150,10 +150,20 @@ def test_gso_superpackets_flagged():
     assert check_gso(queue_trace(0.99, backlog=60560, pkts=40), PORTS)["ok"] is True  # 1514 B each
 
 
-def test_gso_one_stray_sample_is_tolerated_but_a_share_is_not():
-    # measured once: one sample of a host queue held 18028 B in 1 packet among ~60,000 non-empty samples
+def test_gso_a_dump_one_packet_off_is_not_a_super_packet():
+    # measured: 45070 B (5 frames) in "4" packets, 27042 B in "2" (the kernel reads qlen and backlog apart); the
+    # TCG guest shows it in 0.16-0.3 % of a busy queue's samples, natively 18028 B in "1" packet once in 60,000
     good = queue_trace(0.99, backlog=60560, pkts=40)
-    stray = dict(good[len(good) // 2], backlog_bytes=3028, backlog_pkts=1)
+    off_by_one = [dict(r, backlog_bytes=(n + 1) * 1514, backlog_pkts=n) for n, r in enumerate(good[:200], 1)]
+    c = check_gso(good + off_by_one, PORTS)
+    assert c["ok"] is True and "tolerated" not in c["reason"], c["reason"]
+    two_extra = [dict(r, backlog_bytes=(n + 2) * 1514 + 200) for r, n in zip(off_by_one, range(1, 201))]
+    assert check_gso(good + two_extra, PORTS)["ok"] is False
+
+
+def test_gso_one_stray_sample_is_tolerated_but_a_share_is_not():
+    good = queue_trace(0.99, backlog=60560, pkts=40)
+    stray = dict(good[len(good) // 2], backlog_bytes=4542, backlog_pkts=1)  # 3 frames in one skb
     rows = good * 3 + [stray]
     c = check_gso(rows, PORTS)
     assert len(rows) > 1000 and c["ok"] is True, c["reason"]

@@ -1,0 +1,80 @@
+"""Helpers of the stock-kernel scenarios (marker ``stock_kernel``): the precise native skip, steady-state queue
+statistics of one egress queue, and where the cross-check's BPF reference records are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+GUEST_COMMAND = "python3 -m testbed vm -- /usr/bin/python3 -m pytest -p no:cacheprovider -m stock_kernel scenarios"
+BOTTLENECK = "l1:l1-l1h1"  # every stock scenario sends into l1h1
+
+
+def require_stock_kernel(*needs: str) -> dict[str, Any]:
+    """Skip (with what is missing and how to run it) unless this kernel has kernel RED / netem / tcp_dctcp."""
+    from testbed.capabilities import probe
+
+    caps = probe()
+    have = {
+        "sch_red": bool(caps.get("qdisc.red")),
+        "sch_netem": bool(caps.get("qdisc.netem")),
+        "tcp_dctcp": (caps.get("ecn") or {}).get("dctcp") == "kernel",
+    }
+    missing = [n for n in (needs or tuple(have)) if not have[n]]
+    if missing:
+        pytest.skip(
+            f"this kernel ({caps.get('kernel')}) lacks {', '.join(missing)}: the stock-kernel scenarios run in the "
+            f"guest kernel mode: {GUEST_COMMAND}"
+        )
+    return caps
+
+
+def steady_backlog(point: Any, queue: str = BOTTLENECK, skip: float = 0.2) -> np.ndarray:
+    """Time-weighted backlog samples (bytes, one per ms) of ``queue`` over the traffic window, the first ``skip``
+    share (slow start) left out. queues.csv holds a value until the next row (rows on change + keyframes)."""
+    node, dev = queue.split(":", 1)
+    rows = sorted((r for r in point.table("queues") if r["node"] == node and r["dev"] == dev), key=lambda r: r["t"])
+    t = np.array([r["t"] for r in rows], float)
+    b = np.array([r["backlog_bytes"] or 0 for r in rows], float)
+    lo, hi = point.manifest["traffic_window"]
+    busy = t[b > 0]  # the flows' own span inside the window (iperf starts and ends inside it)
+    if busy.size:
+        lo, hi = max(lo, float(busy[0])), min(hi, float(busy[-1]))
+    lo += skip * (hi - lo)
+    grid = np.arange(lo, hi, 1e-3)
+    idx = np.searchsorted(t, grid, side="right") - 1
+    return np.where(idx >= 0, b[np.clip(idx, 0, None)], 0.0)
+
+
+def queue_stats(point: Any, queue: str = BOTTLENECK) -> dict[str, float]:
+    s = steady_backlog(point, queue)
+    q = point.queue(queue)
+    return {
+        "median": float(np.median(s)),
+        "p99": float(np.percentile(s, 99)),
+        "p99_rows": float(q["backlog_p99_bytes"]),
+        "drops": float(q["drops"] or 0),
+        "marks": float(q["marks"] or 0),
+    }
+
+
+def latest_reference(runs: Path, scenario_name: str, impl: str) -> Path | None:
+    """The newest complete, faithful record of ``scenario_name`` whose marking used ``impl`` (under ``runs``)."""
+    found = []
+    for m in runs.glob("*/*/*/manifest.json"):
+        try:
+            man = json.loads(m.read_text())
+        except (OSError, ValueError):
+            continue
+        if (
+            man.get("scenario_name") == scenario_name
+            and man.get("status") == "complete"
+            and (man.get("fidelity") or {}).get("faithful") is True
+            and (man.get("marking") or {}).get("impls") == [impl]
+        ):
+            found.append((man.get("started_at", ""), m.parent))
+    return max(found)[1] if found else None

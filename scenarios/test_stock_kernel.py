@@ -1,0 +1,139 @@
+"""Stock-kernel scenarios (marker ``stock_kernel``): kernel RED marking, kernel DCTCP, a netem-delay DCTCP K
+experiment, and kernel RED cross-checked against the eBPF marker.
+
+Natively on a kernel without sch_red / netem / tcp_dctcp they skip with what is missing; one guest boot runs them
+all: ``python3 -m testbed vm -- /usr/bin/python3 -m pytest -p no:cacheprovider -m stock_kernel scenarios``. Under
+software emulation (TCG) the guest emulates up to 100 Mbit/s per link faithfully (testbed/guestfit.py), so every
+scenario here is two or three flows at 100 Mbit/s into one host of a 2x2x2 fabric, sampled at 100 Hz.
+"""
+
+from __future__ import annotations
+
+import pytest
+from stock_helpers import BOTTLENECK, latest_reference, queue_stats, require_stock_kernel
+
+from conftest import RUNS, load
+
+PAYLOAD_BPS = 100e6 * (9000 - 52) / (9000 + 14)  # TCP payload rate of a 100 Mbit/s link at MTU 9000
+
+# Cross-check band (docs/vm.md): kernel RED (guest) vs the eBPF marker (native), same setting, 100 Hz sampling.
+P99_BAND = 0.35  # |p99_red - p99_bpf| <= P99_BAND x the larger, or one frame
+DROPS_BAND = 20  # |drops_red - drops_bpf| <= max(DROPS_BAND, 0.5 x the larger)
+FRAME = 9014
+
+pytestmark = [pytest.mark.root]
+
+
+@pytest.mark.stock_kernel
+def test_kernel_red_step_marking_keeps_the_queue_short(experiment):
+    require_stock_kernel("sch_red")
+    exp = experiment("stock_red")
+    off, on = exp.points
+    exp.expect(
+        on.manifest["marking"].get("impls") == ["kernel"], f"marking was not kernel RED: {on.manifest['marking']}"
+    )
+    q_off, q_on = queue_stats(off), queue_stats(on)
+    print(f"drop-tail {q_off}\nRED K=30KB {q_on}")
+    exp.expect(q_on["marks"] > 0, f"kernel RED marked nothing at {BOTTLENECK}")
+    exp.expect(
+        q_on["p99"] < 0.5 * q_off["p99"],
+        f"queue p99 with RED {q_on['p99'] / 1e3:.0f} KB not below half of drop-tail's {q_off['p99'] / 1e3:.0f} KB",
+    )
+    exp.expect(q_on["median"] <= 2 * 30_000, f"median queue {q_on['median'] / 1e3:.0f} KB above 2 K with RED")
+    exp.expect(q_on["drops"] <= q_off["drops"], f"RED dropped {q_on['drops']:.0f}, drop-tail {q_off['drops']:.0f}")
+    exp.expect(
+        on["goodput_bps"] >= 0.9 * off["goodput_bps"],
+        f"goodput with RED {on['goodput_bps'] / 1e6:.1f} Mbit/s below 0.9 x drop-tail's {off['goodput_bps'] / 1e6:.1f}",
+    )
+
+
+@pytest.mark.stock_kernel
+def test_kernel_dctcp_holds_the_queue_near_k(experiment):
+    require_stock_kernel("sch_red", "tcp_dctcp")
+    exp = experiment("stock_dctcp")
+    (p,) = exp.points
+    exp.expect(
+        p.manifest["marking"].get("cc") == {"dctcp": "kernel"}, f"not the kernel's DCTCP: {p.manifest['marking']}"
+    )
+    q = queue_stats(p)
+    print(f"DCTCP K=30KB {q}, goodput {p['goodput_bps'] / 1e6:.1f} Mbit/s")
+    exp.expect(15_000 <= q["median"] <= 60_000, f"median queue {q['median'] / 1e3:.1f} KB not within K/2..2K (K 30 KB)")
+    exp.expect(q["drops"] == 0, f"{q['drops']:.0f} drops with DCTCP (the 300 KB buffer never needs to fill)")
+    exp.expect(q["marks"] > 0, "no marks")
+    exp.expect(p["goodput_bps"] >= 0.9 * PAYLOAD_BPS, f"goodput {p['goodput_bps'] / 1e6:.1f} Mbit/s below 0.9 C")
+
+
+@pytest.mark.stock_kernel
+def test_dctcp_k_from_c_times_rtt_over_7_with_netem_delay(experiment):
+    require_stock_kernel("sch_red", "sch_netem", "tcp_dctcp")
+    exp = experiment("stock_dctcp_k")
+    k7, k28 = exp.points
+    q7, q28 = queue_stats(k7), queue_stats(k28)
+    print(
+        f"K=29KB {q7} goodput {k7['goodput_bps'] / 1e6:.1f}, rtt p50 {k7['rtt_p50_s']}\n"
+        f"K=7KB {q28} goodput {k28['goodput_bps'] / 1e6:.1f}, rtt p50 {k28['rtt_p50_s']}"
+    )
+    exp.expect(k7["rtt_p50_s"] >= 0.016, f"RTT p50 {k7['rtt_p50_s'] * 1e3:.1f} ms below the 16 ms netem base RTT")
+    exp.expect(
+        k7["goodput_bps"] >= 0.9 * PAYLOAD_BPS,
+        f"goodput {k7['goodput_bps'] / 1e6:.1f} Mbit/s below 0.9 C at K = C x RTT / 7",
+    )
+    exp.expect(
+        q7["marks"] > 0 and q7["drops"] == 0, f"K = C x RTT / 7: marks {q7['marks']:.0f}, drops {q7['drops']:.0f}"
+    )
+    exp.expect(
+        q28["median"] < q7["median"], f"median queue at K/4 {q28['median']:.0f} B not below K's {q7['median']:.0f} B"
+    )
+    exp.expect(
+        k28["goodput_bps"] <= 1.02 * k7["goodput_bps"],
+        f"K/4 goodput {k28['goodput_bps'] / 1e6:.1f} Mbit/s above K's {k7['goodput_bps'] / 1e6:.1f}",
+    )
+
+
+def test_crosscheck_bpf_reference(experiment):
+    """The eBPF marker's side of the cross-check, natively (the 6.1 guest cannot load the marker: it needs the
+    Linux >= 6.2 kfunc bpf_cast_to_kern_ctx). Its record is what the guest's kernel RED run is compared with."""
+    from testbed.capabilities import probe
+
+    ecn = probe().get("ecn") or {}
+    if not ecn.get("bpf_marker"):
+        pytest.skip(f"the eBPF marker cannot load on this kernel: {ecn.get('bpf_marker_reason')}")
+    exp = experiment("stock_crosscheck", **{"fabric.host_link.ecn.impl": "bpf"})
+    (p,) = exp.points
+    print(f"BPF marker {queue_stats(p)}")
+    exp.expect(p.manifest["marking"].get("impls") == ["bpf"], f"not the eBPF marker: {p.manifest['marking']}")
+
+
+@pytest.mark.stock_kernel
+def test_kernel_red_agrees_with_the_bpf_marker(experiment):
+    require_stock_kernel("sch_red")
+    ref_path = latest_reference(RUNS, load("stock_crosscheck")["name"], "bpf")
+    if ref_path is None:
+        pytest.fail(
+            f"no faithful eBPF-marker reference under {RUNS}: run natively first "
+            "`/usr/bin/python3 -m pytest scenarios/test_stock_kernel.py::test_crosscheck_bpf_reference`",
+            pytrace=False,
+        )
+    exp = experiment("stock_crosscheck", **{"fabric.host_link.ecn.impl": "kernel"})
+    (red,) = exp.points
+    from conftest import Point
+    from results.record import load_run
+
+    rec = load_run(ref_path)
+    bpf = Point({}, rec.summary or {}, rec.manifest, ref_path)
+    same = {k: v for k, v in red.manifest["scenario"]["fabric"].items() if k != "host_link"}
+    ref_same = {k: v for k, v in bpf.manifest["scenario"]["fabric"].items() if k != "host_link"}
+    exp.expect(same == ref_same, f"the reference {ref_path} was run with another fabric")
+    q_red, q_bpf = queue_stats(red), queue_stats(bpf)
+    print(f"kernel RED (guest) {q_red}\neBPF marker (native, {ref_path.name}) {q_bpf}")
+    tol = max(P99_BAND * max(q_red["p99"], q_bpf["p99"]), FRAME)
+    exp.expect(
+        abs(q_red["p99"] - q_bpf["p99"]) <= tol,
+        f"queue p99 RED {q_red['p99'] / 1e3:.1f} KB vs BPF {q_bpf['p99'] / 1e3:.1f} KB differ by more than {tol / 1e3:.1f} KB",
+    )
+    dtol = max(DROPS_BAND, 0.5 * max(q_red["drops"], q_bpf["drops"]))
+    exp.expect(
+        abs(q_red["drops"] - q_bpf["drops"]) <= dtol,
+        f"drops RED {q_red['drops']:.0f} vs BPF {q_bpf['drops']:.0f} differ by more than {dtol:.0f}",
+    )
+    exp.expect(q_red["marks"] > 0 and q_bpf["marks"] >= 0, "RED marked nothing")

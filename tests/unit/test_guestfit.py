@@ -1,0 +1,52 @@
+"""The TCG guest's fit: fast links refused with the reason, sampler rates capped, nothing changed natively."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.fabricspec import FabricSpec
+from testbed.guestfit import TCG_QUEUE_HZ, GuestFitError, check_fabric, fit_telemetry, thresholds, under_tcg
+from testbed.scenario import TelemetrySpec
+
+TCG = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "tcg"}
+KVM = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "kvm"}
+
+
+def spec(rate: str, fabric_rate: str | None = None) -> FabricSpec:
+    data = {"spines": 2, "leaves": 2, "hosts_per_leaf": 1, "host_link": {"rate": rate, "mtu": 9000}}
+    if fabric_rate:
+        data["fabric_link"] = {"rate": fabric_rate, "mtu": 9000}
+    return FabricSpec.from_dict(data)
+
+
+def test_only_a_tcg_guest_counts() -> None:
+    assert under_tcg(TCG) and not under_tcg(KVM) and not under_tcg({}) and not under_tcg({"TESTBED_GUEST_ACCEL": "tcg"})
+
+
+def test_fast_links_refused_under_tcg_with_the_limit_and_the_fix() -> None:
+    check_fabric(spec("100Mbit"), TCG)
+    with pytest.raises(GuestFitError, match=r"400 Mbit/s at MTU 9000 is above the 101 Mbit/s .*TCG.*factor >= 4\)"):
+        check_fabric(spec("50Mbit", fabric_rate="400Mbit"), TCG)
+    slow_1500 = FabricSpec.from_dict(
+        {"spines": 1, "leaves": 2, "hosts_per_leaf": 1, "host_link": {"rate": "50Mbit", "mtu": 1500}}
+    )
+    with pytest.raises(GuestFitError, match=r"50 Mbit/s at MTU 1500 is above the 16.6 Mbit/s \(1400 frames/s\)"):
+        check_fabric(slow_1500, TCG)
+    check_fabric(spec("400Mbit"), KVM)  # KVM and native: the normal guardrails only
+    check_fabric(spec("400Mbit"), {})
+
+
+def test_sampler_rates_capped_under_tcg_and_noted() -> None:
+    tele, notes = fit_telemetry(TelemetrySpec(queue_hz=1000.0, link_hz=100.0), TCG)
+    assert tele.queue_hz == TCG_QUEUE_HZ and tele.link_hz == 50.0 and tele.cpu_hz == 10.0
+    assert notes is not None and notes["queue_hz"] == {"asked": 1000.0, "used": TCG_QUEUE_HZ} and "TCG" in notes["why"]
+    low = TelemetrySpec(queue_hz=50.0, link_hz=20.0)
+    assert fit_telemetry(low, TCG) == (low, None)
+    native = TelemetrySpec()
+    assert fit_telemetry(native, {}) == (native, None) and fit_telemetry(native, KVM) == (native, None)
+
+
+def test_sampler_allowance_only_under_tcg() -> None:
+    th = thresholds(TCG)["th"]
+    assert th.sampler_gap_max_s == 0.1 and th.sampler_rate_min == 0.85 and th.rate_min == 0.95  # rate check unchanged
+    assert thresholds(KVM) == {} and thresholds({}) == {}
