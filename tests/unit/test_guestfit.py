@@ -30,7 +30,7 @@ def test_fast_links_refused_under_tcg_with_the_limit_and_the_fix() -> None:
     slow_1500 = FabricSpec.from_dict(
         {"spines": 1, "leaves": 2, "hosts_per_leaf": 1, "host_link": {"rate": "50Mbit", "mtu": 1500}}
     )
-    with pytest.raises(GuestFitError, match=r"50 Mbit/s at MTU 1500 is above the 16.6 Mbit/s \(1400 frames/s\)"):
+    with pytest.raises(GuestFitError, match=r"50 Mbit/s at MTU 1500 is above the 17 Mbit/s \(1400 frames/s\)"):
         check_fabric(slow_1500, TCG)
     check_fabric(spec("400Mbit"), KVM)  # KVM and native: the normal guardrails only
     check_fabric(spec("400Mbit"), {})
