@@ -1,0 +1,129 @@
+"""Buffer depth: drops vs queueing delay, and the buffer-sizing rule.
+
+Reproduces:
+- the buffer-depth trade-off (mission.md, "Reference results"): deeper drop-tail buffers cut drops but add a
+  queueing delay of buffer / rate to every packet behind them. With long TCP flows keeping the bottleneck queue
+  full, the RTT under load is about buffer * 8 / rate (+ the base RTT, ~0.5 ms here).
+- the buffer-sizing rule of Appenzeller, Keslassy and McKeown ("Sizing Router Buffers", SIGCOMM 2004): with n long
+  desynchronized flows, a buffer of RTT x C / sqrt(n) keeps the bottleneck near full utilization (they report
+  ~98-99%). That needs a real RTT (netem delay), which this machine's kernel lacks: the test skips natively with
+  the capability probe's reason and runs in the guest kernel mode (marker ``stock_kernel``).
+
+``TESTBED_REVERSED=1`` reverses the buffer order of the depth sweep (the test then fails).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from scenario_helpers import REVERSED
+
+from conftest import load
+
+RATE = 100e6
+PAYLOAD = RATE * (9000 - 52) / (9000 + 14)
+BASE_RTT_S = 0.5e-3
+
+
+@pytest.mark.root
+@pytest.mark.full
+def test_deeper_buffers_drop_less_and_delay_more(experiment):
+    data = load("buffer")
+    if REVERSED:
+        data["sweep"]["fabric.host_link.buffer"] = list(reversed(data["sweep"]["fabric.host_link.buffer"]))
+    exp = experiment("buffer", data=data)
+    pts = exp.points
+    bufs = [_buffer_bytes(p) for p in pts]
+    for b, p in zip(bufs, pts, strict=True):
+        print(
+            f"buffer {b / 1e3:.0f} KB: drops {p.queue('l1:l1-l1h1')['drops']:.0f} timeouts {p['timeouts_total']:.0f} retrans {p['retrans_total']:.0f} "
+            f"rtt p50 {p['rtt_p50_s'] * 1e3:.1f} ms p99 {p['rtt_p99_s'] * 1e3:.1f} ms (buffer/rate "
+            f"{b * 8 / RATE * 1e3:.1f} ms) goodput {p['goodput_bps'] / 1e6:.1f} Mbit/s"
+        )
+    port = "l1:l1-l1h1"
+    drops = [float(p.queue(port)["drops"] or 0) for p in pts]
+    for i in range(1, len(pts)):
+        b0, b1, p0, p1 = bufs[i - 1], bufs[i], pts[i - 1], pts[i]
+        exp.expect(
+            drops[i] <= 2 * drops[i - 1] + 50,
+            f"drops at {port} rose from {drops[i - 1]:.0f} ({b0 / 1e3:.0f} KB) to {drops[i]:.0f} ({b1 / 1e3:.0f} KB); "
+            "expected at most 2 x + 50 (a 30 KB buffer is 3 jumbo frames: flows sit in timeouts, so fewer drops)",
+        )
+        exp.expect(
+            p1["timeouts_total"] <= p0["timeouts_total"] + 1,
+            f"retransmission timeouts rose from {p0['timeouts_total']:.0f} ({b0 / 1e3:.0f} KB) to "
+            f"{p1['timeouts_total']:.0f} ({b1 / 1e3:.0f} KB)",
+        )
+        exp.expect(
+            p1["rtt_p99_s"] > 1.5 * p0["rtt_p99_s"],
+            f"RTT p99 under load did not rise from {b0 / 1e3:.0f} KB ({p0['rtt_p99_s'] * 1e3:.1f} ms) to "
+            f"{b1 / 1e3:.0f} KB ({p1['rtt_p99_s'] * 1e3:.1f} ms); expected above 1.5 x",
+        )
+    exp.expect(
+        drops[-1] < 0.5 * drops[0],
+        f"drops at {port} with {bufs[-1] / 1e3:.0f} KB ({drops[-1]:.0f}) not below 0.5 x those with "
+        f"{bufs[0] / 1e3:.0f} KB ({drops[0]:.0f})",
+    )
+    for b, p in zip(bufs, pts, strict=True):
+        expected = b * 8 / RATE + BASE_RTT_S
+        exp.expect(
+            0.6 * expected <= p["rtt_p99_s"] <= 1.4 * expected + 2e-3,
+            f"RTT p99 with a {b / 1e3:.0f} KB buffer is {p['rtt_p99_s'] * 1e3:.1f} ms, expected about buffer*8/rate "
+            f"+ base = {expected * 1e3:.1f} ms (0.6x .. 1.4x + 2 ms)",
+        )
+        exp.expect(
+            p["goodput_bps"] > 0.85 * PAYLOAD,
+            f"goodput with a {b / 1e3:.0f} KB buffer {p['goodput_bps'] / 1e6:.1f} Mbit/s below 0.85 x payload rate",
+        )
+
+
+def _buffer_bytes(p) -> int:
+    from testbed.units import parse_size
+
+    value = p.variant["fabric.host_link.buffer"]
+    return parse_size(value).to_bytes(9000)
+
+
+# --- buffer sizing: needs netem (delay) -----------------------------------------------------------------------
+RTT_S = 0.020  # 10 ms each way on l1 - l1h1 (buffer_sizing.yaml)
+N_FLOWS = 4
+
+
+@pytest.mark.root
+@pytest.mark.full
+@pytest.mark.stock_kernel
+def test_buffer_sizing_rule(experiment):
+    from testbed.capabilities import NEEDS, probe
+
+    caps = probe()
+    if not caps.get("qdisc.netem"):
+        need = next(n for n in NEEDS if n.key == "qdisc.netem")
+        pytest.skip(
+            f"buffer sizing needs a real RTT from link delay: {need.what} is missing on this kernel "
+            f"({caps.get('kernel')}); run it in the guest kernel mode: "
+            "python3 -m testbed vm -- /usr/bin/python3 -m pytest -m stock_kernel scenarios"
+        )
+    data = load("buffer_sizing")
+    rule = RTT_S * RATE / 8 / math.sqrt(N_FLOWS)  # bytes: 125 KB
+    exp = experiment("buffer_sizing", data=data)
+    rows = []
+    for p in exp.points:
+        b = _buffer_bytes(p)
+        util = p["goodput_bps"] / PAYLOAD
+        rows.append((b, util))
+        print(f"buffer {b / 1e3:.0f} KB ({b / rule:.2f} x RTT*C/sqrt(n)): utilization {util:.3f}")
+    rows.sort()
+    for (b0, u0), (b1, u1) in itertools.pairwise(rows):
+        exp.expect(
+            u1 >= u0 - 0.02, f"utilization fell from {u0:.3f} at {b0 / 1e3:.0f} KB to {u1:.3f} at {b1 / 1e3:.0f} KB"
+        )
+    at_rule = next(u for b, u in rows if abs(b - rule) < 0.05 * rule)
+    exp.expect(at_rule >= 0.95, f"utilization {at_rule:.3f} at RTT*C/sqrt(n) = {rule / 1e3:.0f} KB below 0.95")
+    smallest = next((b for b, u in rows if u >= 0.98), None)
+    exp.expect(
+        smallest is not None and rule / 4 < smallest <= 2 * rule,
+        f"smallest buffer reaching 98% utilization is {smallest} bytes; expected within (RTT*C/sqrt(n))/4 .. 2x "
+        f"({rule / 4e3:.0f}-{2 * rule / 1e3:.0f} KB; RTT {RTT_S * 1e3:.0f} ms, C {RATE / 1e6:.0f} Mbit/s, n {N_FLOWS})",
+    )
