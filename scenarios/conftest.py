@@ -123,3 +123,28 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
         return Experiment(name, points, report / "report.html")
 
     yield run
+
+
+REVERSED = os.environ.get("TESTBED_SCENARIO_REVERSED") == "1"
+
+
+@pytest.fixture
+def judged(experiment: Callable[..., Experiment]) -> Callable[..., Experiment]:
+    """``judged("ps_incast", judge, reversed_overrides)``: run the scenario and apply ``judge(exp)`` (its asserts).
+
+    With ``TESTBED_SCENARIO_REVERSED=1`` (the test of the test) the scenario runs with ``reversed_overrides`` (the
+    setting under study undone) and the test passes only if ``judge`` FAILS; the failure message, with the measured
+    numbers, is printed."""
+
+    def run(name: str, judge: Callable[[Experiment], None], reversed_overrides: dict[str, Any]) -> Experiment:
+        if not REVERSED:
+            exp = experiment(name)
+            judge(exp)
+            return exp
+        exp = experiment(name, **reversed_overrides)
+        with pytest.raises(pytest.fail.Exception) as failed:
+            judge(exp)
+        print(f"\nREVERSED {name}: the assertion failed as it must:\n  {failed.value}")
+        return exp
+
+    return run

@@ -1,0 +1,85 @@
+"""Parameter-server incast (scenarios/ps_incast.yaml): 6 workers push 2 MB each to the server(s) on leaf l1.
+
+Reproduces the parameter-server hot spot of mission.md (hub-and-spoke: the server's link carries W x the gradient
+volume; incast at the server's last hop) and the incast results it lists: drop-tail drops at the server's leaf
+downlink; ECN marking at K there removes the drops (and the retransmission timeouts) and keeps the queue shorter;
+a deeper buffer also cuts drops but adds queueing delay of buffer / rate; sharding over P servers divides the
+load per server port and the iteration time (ideal max(W/P, 1) x S / B: 0.97 s for P = 1, 0.48 s for P = 2).
+
+Points in sweep order: servers [l1h1] x (drop-tail 200 KB, ECN K=30 KB at l1->l1h1, 2 MB buffer at l1->l1h1),
+then servers [l1h1, l1h2] x the same three.
+Measured here (two runs): drop-tail hot queue l1:l1-l1h1 drops 507 / 505, backlog p99 199 / 199 KB,
+iteration p50 1.21 / 1.22 s; ECN there: drops 24 / 19, backlog p99 118 / 121 KB; 2 MB buffer: drops 4 / 2,
+backlog p99 1967 / 1970 KB (157 ms at 100 Mbit/s); 2 servers: hottest queue carries 36.4 / 36.4 MB instead of
+72.8 MB, its drops 263 / 281, iteration p50 0.60 / 0.60 s. Thresholds below, with about 2x headroom.
+Reversed (``REVERSED``: one server in both halves, ECN off and the default buffer at the port): drops do not fall.
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.full]
+
+HOT = "l1:l1-l1h1"
+REVERSED = {
+    "sweep": {
+        "workload.0.servers": [["l1h1"], ["l1h1"]],
+        "fabric.overrides": [[], [{"port": "l1->l1h1", "ecn": "off"}], [{"port": "l1->l1h1", "buffer": "200KB"}]],
+    }
+}
+
+
+def judge(exp):
+    pts = exp.points
+    exp.expect(len(pts) == 6, f"expected 6 points (2 server sets x 3 port settings), got {len(pts)}")
+    base, ecn, deep, shard = pts[0], pts[1], pts[2], pts[3]
+    q = base.queue(HOT)
+    exp.expect(
+        base["hottest_queue"] == HOT,
+        f"drop-tail: the hottest queue is {base['hottest_queue']}, expected the server's leaf downlink {HOT}",
+    )
+    exp.expect(
+        q["drops"] >= 50 and q["drops"] >= 0.5 * base["drops_total"],
+        f"drop-tail: {q['drops']:.0f} drops at {HOT} of {base['drops_total']:.0f} in all, expected >= 50 and most",
+    )
+    qe = ecn.queue(HOT)
+    exp.expect((qe["marks"] or 0) > 0, f"ECN at {HOT}: no CE marks counted there ({qe['marks']})")
+    exp.expect(
+        qe["drops"] <= 0.25 * q["drops"],
+        f"ECN at {HOT}: {qe['drops']:.0f} drops, expected <= 0.25 x drop-tail's {q['drops']:.0f}",
+    )
+    exp.expect(
+        qe["backlog_p99_bytes"] < 0.8 * q["backlog_p99_bytes"],
+        f"ECN at {HOT}: backlog p99 {qe['backlog_p99_bytes'] / 1e3:.0f} KB, expected < 0.8 x drop-tail's "
+        f"{q['backlog_p99_bytes'] / 1e3:.0f} KB",
+    )
+    qd = deep.queue(HOT)
+    exp.expect(
+        qd["drops"] <= 0.25 * q["drops"],
+        f"2 MB buffer at {HOT}: {qd['drops']:.0f} drops, expected <= 0.25 x drop-tail's {q['drops']:.0f}",
+    )
+    exp.expect(
+        qd["backlog_p99_bytes"] >= 3 * q["backlog_p99_bytes"],
+        f"2 MB buffer at {HOT}: backlog p99 {qd['backlog_p99_bytes'] / 1e3:.0f} KB, expected >= 3 x drop-tail's "
+        f"{q['backlog_p99_bytes'] / 1e3:.0f} KB (queueing delay = buffer / rate)",
+    )
+    hot2 = shard["hottest_queue"]
+    q2 = shard.queue(hot2)
+    exp.expect(
+        q2["tx_bytes"] <= 0.6 * q["tx_bytes"],
+        f"2 servers: the hottest queue {hot2} carried {q2['tx_bytes'] / 1e6:.1f} MB, expected <= 0.6 x the single "
+        f"server's {q['tx_bytes'] / 1e6:.1f} MB",
+    )
+    exp.expect(
+        q2["drops"] < 0.8 * q["drops"],
+        f"2 servers: {q2['drops']:.0f} drops at the hottest queue {hot2}, expected < 0.8 x the single server's "
+        f"{q['drops']:.0f}",
+    )
+    t1, t2 = base["coll_iter_p50_s"], shard["coll_iter_p50_s"]
+    exp.expect(
+        t2 <= 0.7 * t1,
+        f"2 servers: iteration p50 {t2:.3f} s, expected <= 0.7 x one server's {t1:.3f} s (ideal 0.5 x)",
+    )
+
+
+def test_ps_incast_hot_spot_ecn_buffer_sharding(judged):
+    judged("ps_incast", judge, REVERSED)
