@@ -125,26 +125,17 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
     yield run
 
 
-REVERSED = os.environ.get("TESTBED_SCENARIO_REVERSED") == "1"
-
-
 @pytest.fixture
 def judged(experiment: Callable[..., Experiment]) -> Callable[..., Experiment]:
-    """``judged("ps_incast", judge, reversed_overrides)``: run the scenario and apply ``judge(exp)`` (its asserts).
+    """``judged("ps_incast", judge, reversed_overrides)``: run the scenario, then ``judge(exp)`` (its asserts).
 
-    With ``TESTBED_SCENARIO_REVERSED=1`` (the test of the test) the scenario runs with ``reversed_overrides`` (the
-    setting under study undone) and the test passes only if ``judge`` FAILS; the failure message, with the measured
-    numbers, is printed."""
+    With ``TESTBED_REVERSED=1`` (scenario_helpers.REVERSED: the test of the test) the scenario runs with
+    ``reversed_overrides`` applied (the setting under study undone), so the judge's assertion must fail."""
+    from scenario_helpers import REVERSED
 
     def run(name: str, judge: Callable[[Experiment], None], reversed_overrides: dict[str, Any]) -> Experiment:
-        if not REVERSED:
-            exp = experiment(name)
-            judge(exp)
-            return exp
-        exp = experiment(name, **reversed_overrides)
-        with pytest.raises(pytest.fail.Exception) as failed:
-            judge(exp)
-        print(f"\nREVERSED {name}: the assertion failed as it must:\n  {failed.value}")
+        exp = experiment(name, **(reversed_overrides if REVERSED else {}))
+        judge(exp)
         return exp
 
     return run

@@ -52,6 +52,11 @@ def judge(exp):
         f"ratio {hb / rb:.2f}, expected < 0.6 (ideal 6 S / 14 S = 0.43)",
     )
     rt, ht = ring["coll_iter_p50_s"], hier["coll_iter_p50_s"]
+    for p in pts:
+        print(
+            f"\n{p.variant}: p50 {p['coll_iter_p50_s']:.3f} s, measured/ideal {p['measured_over_ideal']:.3f}, "
+            f"spine {sum(p['bytes_per_spine'].values()) / 1e6:.1f} MB"
+        )
     exp.expect(
         ht < 0.85 * rt,
         f"at {high:g}:1 hierarchical p50 {ht:.3f} s is not below 0.85 x ring's {rt:.3f} s (ratio {ht / rt:.2f})",

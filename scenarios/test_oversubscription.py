@@ -25,6 +25,7 @@ def judge(exp):
     ratio = [float(parse_ratio(p.variant["fabric.oversubscription"], "ratio")) for p in pts]
     t = [p["coll_iter_p50_s"] for p in pts]
     shown = ", ".join(f"{p.variant['fabric.oversubscription']}: {x:.3f} s" for p, x in zip(pts, t))
+    print(f"\noversubscription: iteration p50 {shown}; t/t(1:1) {', '.join(f'{x / t[0]:.2f}' for x in t)}")
     for i in range(1, len(t)):
         exp.expect(
             t[i] > 1.25 * t[i - 1],

@@ -43,6 +43,7 @@ def judge(exp):
     ideal = bubble_fraction_ideal(len(job["stages"]), job["microbatches"])
     b0, b1 = bubble(alone), bubble(shared)
     t0, t1 = alone.job("pipeline")["p50_s"], shared.job("pipeline")["p50_s"]
+    print(f"\npipeline: bubble alone {b0:.3f} (formula {ideal:.3f}), shared {b1:.3f}; p50 {t0:.3f} s -> {t1:.3f} s")
     exp.expect(
         abs(b0 - ideal) <= 0.1 * ideal,
         f"pipeline alone: bubble {b0:.3f}, expected GPipe's (P-1)/(M+P-1) = {ideal:.3f} within 10%",

@@ -32,6 +32,14 @@ def judge(exp):
     pts = exp.points
     exp.expect(len(pts) == 6, f"expected 6 points (2 server sets x 3 port settings), got {len(pts)}")
     base, ecn, deep, shard = pts[0], pts[1], pts[2], pts[3]
+    for p in pts:
+        hq = p["hottest_queue"]
+        print(
+            f"\n{p.variant}: hottest {hq} drops {p.queue(hq)['drops']:.0f} tx {p.queue(hq)['tx_bytes'] / 1e6:.1f} MB; "
+            f"{HOT} drops {p.queue(HOT)['drops']:.0f} marks {p.queue(HOT)['marks']} backlog p99 "
+            f"{p.queue(HOT)['backlog_p99_bytes'] / 1e3:.0f} KB; iteration p50 {p['coll_iter_p50_s']:.3f} s "
+            f"p99 {p['coll_iter_p99_s']:.3f} s; drops {p['drops_total']:.0f} timeouts {p['timeouts_total']:.0f}"
+        )
     q = base.queue(HOT)
     exp.expect(
         base["hottest_queue"] == HOT,
