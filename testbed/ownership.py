@@ -39,7 +39,8 @@ class RunState:
     started: float
     namespaces: list[str] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
-    sysctls: list[dict[str, str]] = field(default_factory=list)  # {"key", "original"} in the root namespace
+    # root-namespace sysctls: {"key", "original"} to restore, or {"key", "remove_words"} for a list it extended
+    sysctls: list[dict[str, str]] = field(default_factory=list)
     bpf_pins: list[str] = field(default_factory=list)
     struct_ops: list[str] = field(default_factory=list)  # "id N" of struct_ops maps to unregister
 
@@ -173,11 +174,20 @@ def undo(state: RunState, log: list[str]) -> None:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
             log.append(f"removed BPF pin {pin}")
     for item in reversed(state.sysctls):
-        key, original = item["key"], item["original"]
+        key = item["key"]
         path = Path("/proc/sys") / key.replace(".", "/")
-        if path.exists() and path.read_text().strip() != original:
-            path.write_text(original)
-            log.append(f"restored {key} = {original}")
+        if not path.exists():
+            continue
+        if "remove_words" in item:  # a list sysctl this run extended: take out only its own words
+            words = item["remove_words"].split()
+            current = path.read_text().split()
+            kept = [w for w in current if w not in words]
+            if kept != current:
+                path.write_text(" ".join(kept))
+                log.append(f"removed {' '.join(words)} from {key}")
+        elif path.read_text().strip() != item["original"]:
+            path.write_text(item["original"])
+            log.append(f"restored {key} = {item['original']}")
 
 
 def clean(quiet: bool = False) -> list[str]:

@@ -239,7 +239,7 @@ def _in_guest(args: argparse.Namespace, kernel: str) -> int:
     ]
     argv += ["--no-report"] * bool(args.no_report) + ["--allow-unfaithful"] * bool(args.allow_unfaithful)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    res = run_in_guest(argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())])
+    res = run_in_guest(argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())], lock_wait=args.wait)
     print(f"guest kernel {res.kernel_version} ({res.accel}), booted in {res.boot_s:.1f} s, exit {res.rc}")
     return int(res.rc)
 
@@ -258,7 +258,7 @@ def run_main(args: argparse.Namespace) -> int:
         if sf.base.kernel == "stock":
             return _in_guest(args, "debian-6.1")
     out = Path(args.out)
-    results = run_file(sf, out)
+    results = run_file(sf, out, lock_wait=args.wait)
     for r in results:
         flag = "" if r.faithful is not False else " (NOT FAITHFUL: see the manifest's fidelity)"
         print(f"{r.status:9s} {r.path}{flag}" + (f"  {r.error}" if r.error else ""))

@@ -2,14 +2,19 @@
 
 dctcp comes from the kernel (tcp_dctcp, loaded with modprobe when it is a module) or, where the kernel has none,
 from the project's BPF struct_ops DCTCP (bpf/dctcp.bpf.c), registered under a per-run name ``dctcp_<prefix>``
-so that concurrent runs never collide. The root namespace's tcp_allowed_congestion_control is extended for the
-run and restored to its exact original text by ``close``.
+so that concurrent runs never collide. The root namespace's tcp_allowed_congestion_control is extended with the
+names a run needs and ``close`` removes exactly the names this run added (under a machine-wide flock), so two
+managers alive at once (a run and a test, say) never restore each other's stale snapshot.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from testbed.ecn.build import DCTCP_NAME_PLACEHOLDER
@@ -19,6 +24,31 @@ from testbed.ecn.sysrun import run, sysctl_read, sysctl_write, tool
 AVAILABLE = "net.ipv4.tcp_available_congestion_control"
 ALLOWED = "net.ipv4.tcp_allowed_congestion_control"
 KNOWN = ("reno", "cubic", "bbr", "dctcp")
+LOCK = Path("/run/testbed/allowed-cc.lock")
+
+
+@contextlib.contextmanager
+def _allowed_lock() -> Iterator[None]:
+    """Serializes read-modify-write of the root allowed list between processes."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_allowed(names: list[str]) -> None:
+    """Take ``names`` out of the root allowed list (what one run added), leaving everything else as it is."""
+    with _allowed_lock():
+        current = sysctl_read(ALLOWED).split()
+        kept = [n for n in current if n not in names]
+        if kept != current:
+            sysctl_write(ALLOWED, " ".join(kept))
+        left = [n for n in sysctl_read(ALLOWED).split() if n in names]
+    if left:
+        raise EcnError(f"{ALLOWED} still lists {left} after removing what this run added")
 
 
 def available() -> list[str]:
@@ -51,7 +81,7 @@ class CongestionControl:
         self.build_dir = Path(build_dir)
         self.names: dict[str, str] = {}  # algorithm -> kernel name to use (sysctl, TCP_CONGESTION, iperf3 -C)
         self.sources: dict[str, str] = {}
-        self._allowed_orig: str | None = None
+        self.added: list[str] = []  # names this manager put into the root allowed list (close removes them)
         self._struct_ops_id: int | None = None
         self._obj_copy: Path | None = None
 
@@ -109,12 +139,12 @@ class CongestionControl:
         return name
 
     def _allow(self, names: list[str]) -> None:
-        current = sysctl_read(ALLOWED)
-        if self._allowed_orig is None:
-            self._allowed_orig = current
-        missing = [n for n in names if n not in current.split()]
-        if missing:
-            sysctl_write(ALLOWED, " ".join(current.split() + missing))
+        with _allowed_lock():
+            current = sysctl_read(ALLOWED).split()
+            missing = [n for n in names if n not in current]
+            if missing:
+                sysctl_write(ALLOWED, " ".join(current + missing))
+                self.added += missing
 
     def set_namespace_default(self, netns: str, cc: str, ecn: bool) -> None:
         """net.ipv4.tcp_congestion_control and tcp_ecn inside the namespace (they die with it)."""
@@ -128,12 +158,9 @@ class CongestionControl:
         sid, self._struct_ops_id = self._struct_ops_id, None
         if sid is not None:
             run([tool("bpftool"), "struct_ops", "unregister", "id", str(sid)], check=False)
-        if self._allowed_orig is not None:
-            sysctl_write(ALLOWED, self._allowed_orig)
-            now = sysctl_read(ALLOWED)
-            if now != self._allowed_orig:
-                raise EcnError(f"{ALLOWED} is {now!r} after restoring {self._allowed_orig!r}")
-            self._allowed_orig = None
+        if self.added:
+            added, self.added = self.added, []
+            remove_allowed(added)
         if self._obj_copy is not None:
             self._obj_copy.unlink(missing_ok=True)
             self._obj_copy = None
