@@ -9,6 +9,7 @@ and the receiver's /proc/net/netstat counters.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import time
@@ -198,3 +199,30 @@ def capture(node: str, dev: str, pcap: Path, count: int, timeout: float) -> subp
 def percentile(xs: list[int], q: float) -> float:
     s = sorted(xs)
     return float(s[min(len(s) - 1, int(q / 100 * len(s)))]) if s else float("nan")
+
+
+class SenderSampler(threading.Thread):
+    """Poll the senders' data connections with `ss -tin` (~30 Hz): (time, host, cwnd, ssthresh or None).
+
+    ss prints ssthresh only below 0xFFFF, so None means "at least 65535" (huge or infinite)."""
+
+    def __init__(self, hosts: tuple[str, ...] = ("s1", "s2"), min_acked: int = 1_000_000) -> None:
+        super().__init__(daemon=True)
+        self.hosts, self.min_acked = hosts, min_acked
+        self.rows: list[tuple[float, str, int, int | None]] = []
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_evt.is_set():
+            for h in self.hosts:
+                for line in nsx(h, "ss", "-tinHO", "dst", HOSTS["d"], check=False).stdout.splitlines():
+                    cw, acked = re.search(r"\bcwnd:(\d+)", line), re.search(r"bytes_acked:(\d+)", line)
+                    if cw and acked and int(acked.group(1)) >= self.min_acked:  # data connections only
+                        ss = re.search(r"(?<![_a-z])ssthresh:(\d+)", line)
+                        self.rows.append((time.time(), h, int(cw.group(1)), int(ss.group(1)) if ss else None))
+            time.sleep(0.03)
+
+    def stop(self) -> list[tuple[float, str, int, int | None]]:
+        self._stop_evt.set()
+        self.join(5)
+        return self.rows

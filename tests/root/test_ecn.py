@@ -236,3 +236,38 @@ def test_ramp_probability_under_overload(net, pmax):
     assert ect > 10_000
     # sampling error plus the error in the mean queue (one frame of 270 KB: 0.6% of pmax)
     assert abs(p - expected) <= 4 * sd + 0.006 * pmax, (p, expected)
+
+
+REPEAT_RUNS = 5
+REPEAT_SECONDS = 4
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="known bug: on this 6.18 kernel a sender sometimes enters CWR without the BPF set_state/ssthresh "
+    "programs running and its ssthresh becomes a stale stack word (0x81104110); slow start then overflows the queue",
+)
+def test_dctcp_repeated_runs_keep_ssthresh_sane(net):
+    """Several short DCTCP runs: after slow start no sender's ssthresh is huge (>= 65535) and nothing is dropped."""
+    _, markers, cc = net
+    hosts_cc(cc, "dctcp")
+    spec = link({"mode": "step", "k": "30KB"})
+    markers.attach(en.ns("r"), "r-d", spec.marking, spec)
+    bad = []
+    for i in range(REPEAT_RUNS):
+        sampler = en.SenderSampler()
+        q0 = en.leaf_stats()
+        sampler.start()
+        t0 = time.time()
+        en.iperf_pair(REPEAT_SECONDS)
+        rows = sampler.stop()
+        drops = en.leaf_stats()["drops"] - q0["drops"]
+        late = [r for r in rows if r[0] > t0 + 1.5]  # past slow start
+        huge = [r for r in late if r[3] is None]
+        print(
+            f"run {i}: drops {drops}, samples {len(late)}, huge ssthresh {len(huge)}, "
+            f"max cwnd {max((r[2] for r in late), default=0)}"
+        )
+        if drops or huge or not late:
+            bad.append((i, drops, len(huge), len(late)))
+    assert not bad, bad
