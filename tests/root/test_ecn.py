@@ -49,7 +49,17 @@ def build_dir() -> Path:
 
 
 @pytest.fixture
-def clean_after():
+def run_lock():
+    """These tests build their own small topology: they still hold the machine's run lock, like any run, so that no
+    fabric measures on the same cores and nobody else edits the root allowed-cc list meanwhile."""
+    from testbed.ownership import RunLock
+
+    with RunLock(wait=1800):
+        yield
+
+
+@pytest.fixture
+def clean_after(run_lock):
     """After the test: none of the BPF programs/struct_ops it loaded remain, the allowed list is as before."""
     allowed = sysctl_read(ALLOWED)
     progs_before = bpf_prog_ids("ecn_mark", "tbd_dctcp")
