@@ -78,3 +78,17 @@ def latest_reference(runs: Path, scenario_name: str, impl: str) -> Path | None:
         ):
             found.append((man.get("started_at", ""), m.parent))
     return max(found)[1] if found else None
+
+
+def _without_impl(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _without_impl(v) for k, v in obj.items() if k != "impl"}
+    if isinstance(obj, list):
+        return [_without_impl(v) for v in obj]
+    return obj
+
+
+def same_setting(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two manifests ran the same fabric and workload, up to the marking implementation (kernel RED vs eBPF)."""
+    keys = ("fabric", "workload", "telemetry")
+    return all(_without_impl(a["scenario"].get(k)) == _without_impl(b["scenario"].get(k)) for k in keys)
