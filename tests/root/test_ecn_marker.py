@@ -2,7 +2,7 @@
 
 Topology (tests/root/ecn_net.py): s1, s2 -> r -> d; r's egress to d is the 100 Mbit/s bottleneck, htb + bfifo
 300 KB; MTU 1500, gso_max_segs 1 everywhere; tcp_ecn=1 and the congestion control set per namespace.
-Run under the benchmark lock: `flock /run/testbed-bench.lock /usr/bin/python3 -m pytest tests/root/test_ecn.py`.
+Run under the benchmark lock: `flock /run/testbed-bench.lock /usr/bin/python3 -m pytest tests/root/test_ecn_marker.py`.
 """
 
 from __future__ import annotations
