@@ -9,6 +9,9 @@ links.csv and cpu.csv as dicts (typed as ``results.record`` reads them, or strin
 Checks (thresholds in ``Thresholds``):
 - ``bottleneck_rate``: a port is *busy* in a window of ``window_s`` when its queue was non-empty
   (``backlog_pkts > 0``, sample-and-hold between rows, time-weighted) for at least ``busy_share`` of the window.
+  Sample-and-hold is only trusted between rows at most ``hold_max_s`` apart: over a longer gap (coarse sampling,
+  e.g. 50 Hz in the TCG guest) a queue seen non-empty may have drained and idled in between, so the interval counts
+  busy only for as long as the backlog seen at its start takes to drain at the port's rate (a lower bound).
   Over each port's busy windows, delivered = (tx_bytes delta) x 8 / busy time, compared with ``rate_bps``
   directly (HTB and the qdisc's tx_bytes both count the 14-byte Ethernet header). A busy port delivering less
   than ``rate_min`` of its rate means the machine, not the link, was the bottleneck.
@@ -48,6 +51,7 @@ class Thresholds:
     rate_min: float = 0.95  # delivered / configured rate on a busy port
     busy_share: float = 0.9  # share of a window a queue must be non-empty for the window to count as busy
     window_s: float = 0.2
+    hold_max_s: float = 0.01  # rows further apart than this: busy only for the drain time of the backlog seen
     cpu_busy: float = 0.95  # a core this busy is saturated
     cpu_share_max: float = 0.10  # share of samples with every core saturated
     sampler_rate_min: float = 0.9  # achieved / target sampling rate
@@ -105,6 +109,10 @@ def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Threshol
         return []
     busy = np.array([(_f(r.get("backlog_pkts")) or 0.0) > 0 or (_f(r.get("backlog_bytes")) or 0.0) > 0 for r in qrows])
     dt = np.diff(t)
+    backlog = np.array([_f(r.get("backlog_bytes")) or 0.0 for r in qrows[:-1]])
+    drain = backlog * 8 / rate_bps if rate_bps > 0 else np.zeros_like(dt)
+    # busy time of each interval: sample-and-hold when rows are close, else what the seen backlog guarantees
+    busy_dt = np.where(dt <= th.hold_max_s, np.where(busy[:-1], dt, 0.0), np.minimum(dt, drain))
     db = np.diff(tx)
     valid = (dt > 0) & (db >= 0)  # a negative delta is a counter reset
     win = ((t[:-1] - t[0]) // th.window_s).astype(int)
@@ -114,7 +122,7 @@ def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Threshol
         span = float(dt[m].sum())
         if span < 0.5 * th.window_s:
             continue
-        busy_t = float(dt[m & busy[:-1]].sum())
+        busy_t = float(busy_dt[m].sum())
         nbytes = float(db[m].sum())
         out.append(
             {

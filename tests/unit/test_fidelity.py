@@ -99,6 +99,27 @@ def test_link_below_rate_but_not_busy_is_not_judged():
     assert c["ok"] is None and "no queue was non-empty" in c["reason"]
 
 
+def test_coarse_sampling_short_queue_is_not_taken_for_a_busy_link():
+    # 50 Hz (TCG guest): a queue seen holding one 9 KB frame at every row drains in 0.72 ms at 100 Mbit/s, so the
+    # 20 ms between rows may be mostly idle; sample-and-hold would call it busy and flag 0.6 of the rate.
+    rows = queue_trace(0.6, hz=50.0, backlog=9014, pkts=1)
+    c = check_bottlenecks(rows, PORTS)
+    assert c["ok"] is None and "no queue was non-empty" in c["reason"]
+
+
+def test_coarse_sampling_deep_queue_short_of_rate_still_fails():
+    # 50 Hz, but the backlog seen (300 KB = 24 ms at 100 Mbit/s) guarantees the link busy between rows
+    rows = queue_trace(0.6, hz=50.0, backlog=300_000, pkts=34)
+    c = check_bottlenecks(rows, PORTS)
+    assert c["ok"] is False
+    assert c["value"] == pytest.approx(0.6, abs=0.02)
+
+
+def test_fine_sampling_keeps_sample_and_hold():
+    rows = queue_trace(0.6, hz=1000.0, backlog=9014, pkts=1)
+    assert check_bottlenecks(rows, PORTS)["ok"] is False
+
+
 def test_busy_only_half_the_time_does_not_count():
     rows = queue_trace(0.5)
     for r in rows:
