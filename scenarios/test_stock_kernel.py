@@ -13,7 +13,9 @@ import pytest
 from stock_helpers import BOTTLENECK, latest_reference, queue_stats, require_stock_kernel, same_setting
 
 from conftest import RUNS, load
+from testbed.units import parse_size
 
+BASE_RTT_S = 0.016  # stock_dctcp_k.yaml: 4 ms netem on each of the 4 host-link crossings of a round trip
 PAYLOAD_BPS = 50e6 * (9000 - 52) / (9000 + 14)  # TCP payload rate of a 50 Mbit/s link at MTU 9000
 
 # Cross-check band (docs/vm.md): kernel RED (guest) vs the eBPF marker (native), same setting, 50 Hz sampling.
@@ -68,18 +70,21 @@ def test_dctcp_k_from_c_times_rtt_over_7_with_netem_delay(experiment):
     require_stock_kernel("sch_red", "sch_netem", "tcp_dctcp")
     exp = experiment("stock_dctcp_k")
     k7, k28 = exp.points
+    rule = PAYLOAD_BPS / 8 * BASE_RTT_S / 7  # bytes: C x RTT / 7 at the netem base RTT
+    kb = [parse_size(p.variant["fabric.host_link.ecn"]["k"]).to_bytes(9000) for p in (k7, k28)]
+    assert kb[0] > rule > 2 * kb[1], f"stock_dctcp_k.yaml: K {kb} not one above and one well below {rule:.0f} B"
     q7, q28 = queue_stats(k7), queue_stats(k28)
     print(
-        f"K=15KB {q7} goodput {k7['goodput_bps'] / 1e6:.1f}, rtt p50 {k7['rtt_p50_s']}\n"
-        f"K=4KB {q28} goodput {k28['goodput_bps'] / 1e6:.1f}, rtt p50 {k28['rtt_p50_s']}"
+        f"K={kb[0]} B (rule {rule:.0f} B) {q7} goodput {k7['goodput_bps'] / 1e6:.1f}, rtt p50 {k7['rtt_p50_s']}\n"
+        f"K={kb[1]} B {q28} goodput {k28['goodput_bps'] / 1e6:.1f}, rtt p50 {k28['rtt_p50_s']}"
     )
-    exp.expect(k7["rtt_p50_s"] >= 0.016, f"RTT p50 {k7['rtt_p50_s'] * 1e3:.1f} ms below the 16 ms netem base RTT")
+    exp.expect(k7["rtt_p50_s"] >= BASE_RTT_S, f"RTT p50 {k7['rtt_p50_s'] * 1e3:.1f} ms below the 16 ms netem base RTT")
     exp.expect(
         k7["goodput_bps"] >= 0.9 * PAYLOAD_BPS,
-        f"goodput {k7['goodput_bps'] / 1e6:.1f} Mbit/s below 0.9 C at K = C x RTT / 7",
+        f"goodput {k7['goodput_bps'] / 1e6:.1f} Mbit/s below 0.9 C at K = {kb[0]} B > C x RTT / 7",
     )
     exp.expect(
-        q7["marks"] > 0 and q7["drops"] == 0, f"K = C x RTT / 7: marks {q7['marks']:.0f}, drops {q7['drops']:.0f}"
+        q7["marks"] > 0 and q7["drops"] == 0, f"K > C x RTT / 7: marks {q7['marks']:.0f}, drops {q7['drops']:.0f}"
     )
     exp.expect(
         q28["median"] < q7["median"], f"median queue at K/4 {q28['median']:.0f} B not below K's {q7['median']:.0f} B"
