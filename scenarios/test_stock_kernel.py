@@ -78,6 +78,11 @@ def test_dctcp_k_from_c_times_rtt_over_7_with_netem_delay(experiment):
         f"K={kb[0]} B (rule {rule:.0f} B) {q7} goodput {k7['goodput_bps'] / 1e6:.1f}, rtt p50 {k7['rtt_p50_s']}\n"
         f"K={kb[1]} B {q28} goodput {k28['goodput_bps'] / 1e6:.1f}, rtt p50 {k28['rtt_p50_s']}"
     )
+    measured = PAYLOAD_BPS / 8 * k7["rtt_p50_s"] / 7  # the rule at the RTT the guest's paths have
+    exp.expect(
+        kb[0] > measured,
+        f"K {kb[0]} B not above C x RTT / 7 = {measured:.0f} B at the measured RTT p50 {k7['rtt_p50_s'] * 1e3:.1f} ms",
+    )
     exp.expect(k7["rtt_p50_s"] >= BASE_RTT_S, f"RTT p50 {k7['rtt_p50_s'] * 1e3:.1f} ms below the 16 ms netem base RTT")
     exp.expect(
         k7["goodput_bps"] >= 0.9 * PAYLOAD_BPS,

@@ -193,6 +193,13 @@ def test_gso_one_stray_sample_is_tolerated_but_a_share_is_not():
     assert check_gso(many, PORTS)["ok"] is False
 
 
+def test_gso_one_stray_sample_is_tolerated_at_coarse_sampling_two_are_not():
+    good = queue_trace(0.99, hz=50.0, seconds=3.0, backlog=60560, pkts=40)  # 151 samples: 0.1 % is under one
+    stray = dict(good[len(good) // 2], backlog_bytes=36056, backlog_pkts=1)
+    assert check_gso([*good, stray], PORTS)["ok"] is True
+    assert check_gso([*good, stray, stray], PORTS)["ok"] is False
+
+
 def test_sampler_health():
     assert check_sampler(HEALTH)["ok"] is True
     slow = {**HEALTH, "rate_hz_min": 600.0}
