@@ -26,7 +26,7 @@ def _run(rate_mbit: float, mtu: int, out):
     from testbed.telemetry import PortRef, start_sampler
 
     spec = FabricSpec.from_dict(spec_dict(rate_mbit, mtu))
-    with bench_lock(600), Fabric(spec, lock_wait=30) as fab:
+    with bench_lock(600), Fabric(spec, lock_wait=1800) as fab:
         refs = [PortRef(fab.netns(p.node), p.dev, node=p.node) for p in fab.ports()]
         ports = [{"node": p.node, "dev": p.dev, "rate_bps": p.link.rate_bps, "mtu": p.link.mtu} for p in fab.ports()]
         handle = start_sampler(fab.procs, refs, out, rate_hz=1000)

@@ -45,7 +45,7 @@ def fab() -> Iterator[Any]:
 
     with open("/run/testbed-bench.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # timing measurements: nobody else measures on the 2 cores meanwhile
-        with Fabric(FabricSpec.from_dict(FABRIC, "fabric")) as f:
+        with Fabric(FabricSpec.from_dict(FABRIC, "fabric"), lock_wait=1800) as f:
             yield f
 
 
