@@ -68,6 +68,15 @@ def test_kernel_dctcp_holds_the_queue_near_k(experiment):
 @pytest.mark.stock_kernel
 def test_dctcp_k_from_c_times_rtt_over_7_with_netem_delay(experiment):
     require_stock_kernel("sch_red", "sch_netem", "tcp_dctcp")
+    from testbed.guestfit import under_tcg
+
+    if under_tcg():
+        pytest.skip(
+            "TCG guest cannot emulate this faithfully: with netem on every host link, 3 DCTCP flows at K = 60 KB got "
+            "43.6 Mbit/s (0.88 C; K = 30 KB: 43.5), a busy 0.2 s window of l1 -> l1h1 delivered 0.79 of 50 Mbit/s, the "
+            "sampler stalled 118 ms, and the 16 ms base RTT measured 39-47 ms (one guest pass each); run it on a "
+            "stock kernel natively or under KVM"
+        )
     exp = experiment("stock_dctcp_k")
     k7, k28 = exp.points
     rule = PAYLOAD_BPS / 8 * BASE_RTT_S / 7  # bytes: C x RTT / 7 at the netem base RTT
