@@ -2,6 +2,7 @@
 # Set up this machine for the testbed (idempotent), then run the default experiment or the tests.
 #   sudo ./setup.sh demo     install what is missing, then run the default experiment and print its report's path
 #   sudo ./setup.sh test     install what is missing, then run every test (harness tests and scenarios)
+#   sudo ./setup.sh stock    the stock-kernel scenarios, inside Debian's stock kernel under QEMU (after `test`)
 #   sudo ./setup.sh install  only install
 # Everything runs on the distribution's /usr/bin/python3, where apt puts mininet, pyroute2, scapy, numpy, ...
 set -euo pipefail
@@ -39,5 +40,10 @@ case "${1:-install}" in
   install) echo "setup.sh: ready" ;;
   demo) shift; exec $PY -m testbed demo "$@" ;;
   test) shift; exec $PY -m pytest tests scenarios "$@" ;;
-  *) echo "usage: sudo ./setup.sh [install|demo|test]" >&2; exit 2 ;;
+  stock)
+    # The stock-kernel scenarios (kernel RED, kernel DCTCP, netem delay, RED vs eBPF cross-check) inside Debian's
+    # stock kernel (testbed vm: installs QEMU and virtme-ng on first use). Run `./setup.sh test` first: the
+    # cross-check compares with the eBPF marker's record that the native scenarios write.
+    shift; exec $PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kernel scenarios "$@" ;;
+  *) echo "usage: sudo ./setup.sh [install|demo|test|stock]" >&2; exit 2 ;;
 esac
