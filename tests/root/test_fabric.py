@@ -88,6 +88,9 @@ def test_bfifo_holds_at_most_its_buffer_and_drops_beyond(fabric_factory, bench_l
         {
             **SPINE_LEAF,
             "host_link": {"rate": "100Mbit", "buffer": "300KB", "mtu": 9000},
+            # uplinks faster than the two senders together: if ECMP puts both flows on one spine, the spine's port
+            # towards l1 must not become the bottleneck instead of l1->l1h1 (it did: the bfifo then held 1 frame)
+            "fabric_link": {"rate": "400Mbit"},
             "overrides": [{"port": "l1->l1h1", "buffer": f"{buffer}B"}],
         }
     )
