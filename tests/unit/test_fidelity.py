@@ -87,6 +87,20 @@ def test_saturated_link_at_0_8_of_rate_fails():
     assert "l1:l1-s1" not in c["details"]  # idle: never busy, not judged
 
 
+def test_one_short_busy_window_is_judged_with_a_wider_margin():
+    # seen in a faithful CI run: one 0.2 s busy window at 0.949 of the rate failed the run
+    assert check_bottlenecks(queue_trace(0.945, seconds=0.2) + idle_trace(), PORTS)["ok"] is True
+    assert check_bottlenecks(queue_trace(0.85, seconds=0.2) + idle_trace(), PORTS)["ok"] is False
+    assert check_bottlenecks(queue_trace(0.94, seconds=1.0) + idle_trace(), PORTS)["ok"] is False
+
+
+def test_one_57ms_sampler_stall_is_tolerated_but_a_long_one_is_not():
+    stall = {**HEALTH, "per_netns": {"tb1-s1": {"gap_max_ms": 57.1}}}
+    assert check_sampler(stall)["ok"] is True
+    long = {**HEALTH, "per_netns": {"tb1-s1": {"gap_max_ms": 150.0}}}
+    assert check_sampler(long)["ok"] is False
+
+
 def test_saturated_link_at_0_99_passes():
     c = check_bottlenecks(queue_trace(0.99) + idle_trace(), PORTS)
     assert c["ok"] is True
