@@ -110,6 +110,13 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument(
             "--allow-unfaithful", action="store_true", help="exit 0 even if a run fails a fidelity guardrail"
         )
+        r.add_argument(
+            "--retake-unfaithful",
+            type=int,
+            default=0,
+            metavar="N",
+            help="run a point that failed a fidelity guardrail again, up to N times (the first record is kept)",
+        )
         r.set_defaults(fn=_run)
     for name, fn, helptext in (
         ("report", _report, "compare run records: table, plots, HTML"),

@@ -39,6 +39,7 @@ class RunResult:
     status: str  # complete | failed
     faithful: bool | None
     error: str | None = None
+    retaken: tuple[Path, ...] = ()  # earlier records of this point that were not faithful (kept, superseded)
 
 
 def tool_versions() -> dict[str, str]:
@@ -100,8 +101,12 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
     return refs
 
 
-def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: float = 0.0) -> RunResult:
-    """Run one sweep point; always returns (a failure is recorded, not raised), except for Ctrl-C."""
+def run_point(
+    scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: float = 0.0, retake_of: list[str] | None = None
+) -> RunResult:
+    """Run one sweep point; always returns (a failure is recorded, not raised), except for Ctrl-C.
+
+    ``retake_of`` names the earlier records of this point that failed a fidelity guardrail (manifest ``retake_of``)."""
     from testbed import guestfit
 
     telemetry, fit_notes = guestfit.fit_telemetry(scenario.telemetry)
@@ -121,6 +126,7 @@ def run_point(scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: fl
             "scale": scenario.scale,
             "scenario_file": scenario.raw,
             **({"guest_fit": fit_notes} if fit_notes else {}),
+            **({"retake_of": retake_of} if retake_of else {}),
         },
     )
     try:
@@ -202,7 +208,13 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: dic
             w.write(row)
 
 
-def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0) -> list[RunResult]:
+def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaithful: int = 0) -> list[RunResult]:
+    """Run every point; one result per point.
+
+    A point whose run failed a fidelity guardrail (the emulation did not keep up: a stalled guest, a saturated CPU)
+    is run again up to ``retake_unfaithful`` times. The unfaithful records stay on disk, the retake's manifest names
+    them (``retake_of``) and the result lists them (``retaken``); a point that never ran faithfully stays unfaithful.
+    """
     from results.progress import Progress
 
     caps = probe()
@@ -216,10 +228,16 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0) -> list[RunRes
     results = []
     for point in sf.points:
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.variant) or point.name
-        progress.start(label, point.duration_s + 5)
-        res = run_point(point, out, caps, lock_wait)
-        progress.finish(res.status if res.faithful is not False else "not faithful")
-        results.append(res)
+        retaken: list[Path] = []
+        while True:
+            progress.start(label + (f" (retake {len(retaken)})" if retaken else ""), point.duration_s + 5)
+            res = run_point(point, out, caps, lock_wait, retake_of=[p.name for p in retaken])
+            progress.finish(res.status if res.faithful is not False else "not faithful")
+            if res.faithful is not False or len(retaken) >= retake_unfaithful:
+                break
+            retaken.append(res.path)
+            progress.total += 1
+        results.append(dataclasses.replace(res, retaken=tuple(retaken)))
     progress.close()
     return results
 
@@ -238,6 +256,7 @@ def _in_guest(args: argparse.Namespace, kernel: str) -> int:
         str(Path(args.out).resolve()),
     ]
     argv += ["--no-report"] * bool(args.no_report) + ["--allow-unfaithful"] * bool(args.allow_unfaithful)
+    argv += ["--retake-unfaithful", str(args.retake_unfaithful)]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     res = run_in_guest(argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())], lock_wait=args.wait)
     print(f"guest kernel {res.kernel_version} ({res.accel}), booted in {res.boot_s:.1f} s, exit {res.rc}")
@@ -258,8 +277,10 @@ def run_main(args: argparse.Namespace) -> int:
         if sf.base.kernel == "stock":
             return _in_guest(args, "debian-6.1")
     out = Path(args.out)
-    results = run_file(sf, out, lock_wait=args.wait)
+    results = run_file(sf, out, lock_wait=args.wait, retake_unfaithful=args.retake_unfaithful)
     for r in results:
+        for old in r.retaken:
+            print(f"{'retaken':9s} {old} (NOT FAITHFUL, superseded)")
         flag = "" if r.faithful is not False else " (NOT FAITHFUL: see the manifest's fidelity)"
         print(f"{r.status:9s} {r.path}{flag}" + (f"  {r.error}" if r.error else ""))
     if not args.no_report:
