@@ -72,3 +72,45 @@ def shared_hops(paths: dict[str, list[str]]) -> dict[tuple[str, str], list[str]]
         for h in itertools.pairwise(p):
             users[h].append(f)
     return {h: fs for h, fs in sorted(users.items()) if len(fs) > 1}
+
+
+def steady_window(path: Any, skip_s: float) -> tuple[float, float]:
+    """From ``skip_s`` after the last flow started to the first flow's end (every flow running, slow start over)."""
+    from results.record import load_run
+
+    flows = list(load_run(path).table("flows"))
+    if not flows:
+        raise ValueError(f"{path}: no flows recorded")
+    t0 = max(float(f["t_start"]) for f in flows) + skip_s
+    t1 = min(float(f["t_end"]) for f in flows)
+    if t1 - t0 < 1.0:
+        raise ValueError(f"{path}: every flow ran together for under {skip_s + 1:g} s; lengthen the flows")
+    return t0, t1
+
+
+def port_utilization(path: Any, port: str, window: tuple[float, float]) -> float:
+    """Bytes an egress port (``node:dev``) sent over ``window``, over what its shaped rate could send (wire bytes,
+    the L2 header included, as HTB counts them); from links.csv, interpolated at the window's ends."""
+    from results.record import load_run
+
+    run = load_run(path)
+    node, dev = port.split(":", 1)
+    rows = sorted((r for r in run.table("links") if r["node"] == node and r["dev"] == dev), key=lambda r: r["t"])
+    t = np.array([r["t"] for r in rows], float)
+    tx = np.array([r["tx_bytes"] for r in rows], float)
+    if t.size < 2 or t[0] > window[0] or t[-1] < window[1]:
+        raise ValueError(f"{port}: the link samples do not cover {window}")
+    rate = float(run.summary["links"][port]["rate_bps"])
+    sent = float(np.interp(window[1], t, tx) - np.interp(window[0], t, tx))
+    return sent * 8 / rate / (window[1] - window[0])
+
+
+def srtt_min_s(path: Any) -> float:
+    """The smallest smoothed RTT any flow reported (flow_samples.csv): the path's base RTT plus what queue the
+    flow never saw drain."""
+    from results.record import load_run
+
+    rtts = [float(r["rtt_us"]) for r in load_run(path).table("flow_samples") if r.get("rtt_us")]
+    if not rtts:
+        raise ValueError(f"{path}: no RTT samples in flow_samples.csv")
+    return min(rtts) / 1e6
