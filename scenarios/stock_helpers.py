@@ -16,15 +16,11 @@ BOTTLENECK = "l1:l1-l1h1"  # every stock scenario sends into l1h1
 
 def require_stock_kernel(*needs: str) -> dict[str, Any]:
     """Skip (with what is missing and how to run it) unless this kernel has kernel RED / netem / tcp_dctcp."""
-    from testbed.capabilities import probe
+    from testbed.capabilities import probe, stock_missing
 
     caps = probe()
-    have = {
-        "sch_red": bool(caps.get("qdisc.red")),
-        "sch_netem": bool(caps.get("qdisc.netem")),
-        "tcp_dctcp": (caps.get("ecn") or {}).get("dctcp") == "kernel",
-    }
-    missing = [n for n in (needs or tuple(have)) if not have[n]]
+    lacking = stock_missing(caps)
+    missing = [n for n in lacking if not needs or n in needs]
     if missing:
         pytest.skip(
             f"this kernel ({caps.get('kernel')}) lacks {', '.join(missing)}: the stock-kernel scenarios run in the "

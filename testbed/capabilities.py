@@ -222,6 +222,17 @@ def doctor_rows(caps: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def stock_missing(caps: dict[str, Any]) -> list[str]:
+    """What this kernel lacks of the stock-kernel paths (kernel RED, netem, the tcp_dctcp module); empty on a stock
+    Debian/Ubuntu kernel, where the ``stock_kernel`` scenarios run natively instead of in the guest kernel mode."""
+    have = {
+        "sch_red": bool(caps.get("qdisc.red")),
+        "sch_netem": bool(caps.get("qdisc.netem")),
+        "tcp_dctcp": (caps.get("ecn") or {}).get("dctcp") == "kernel",
+    }
+    return [name for name, ok in have.items() if not ok]
+
+
 def require(caps: dict[str, Any], key: str, why: str) -> None:
     """Raise a CapabilityError naming what is missing, what needed it and how to get it."""
     if caps.get(key):
