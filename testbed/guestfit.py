@@ -8,7 +8,9 @@ DCTCP flows into one host, kernel RED step K 30 KB, MTU 9000; bottleneck deliver
   0.55 (CPU-bound); MTU 1500: 50 Mbit/s 0.74. The limit is packets, not bits: ~700 frames/s per link is safe;
 - the queue sampler (8 namespaces, 16 queues) reaches 235 Hz of 1000 at 95 % of a vCPU, 164 Hz of 200 at 90 %,
   88-93 Hz of 100 at 59-68 %, and competes with the emulation for the two vCPUs; whole-guest stalls leave gaps of
-  52-98 ms between its samples (natively the limit is 50 ms).
+  52-98 ms between its samples in steady traffic, and of 120-208 ms (11 runs of 3 guest passes) while the guest
+  starts or reaps iperf3 and the Python workers, in the first 1.5 s of a run and as its flows end (natively the
+  limit is 50 ms).
 
 So under TCG a run is refused before anything is built when a link's frame rate at its MTU exceeds
 ``TCG_MAX_LINK_PPS`` (the reason names the limit and the fix), the sampler's rates are capped at ``TCG_QUEUE_HZ`` /
@@ -31,7 +33,7 @@ from testbed.topology import Topology
 TCG_MAX_LINK_PPS = 700  # frames per second per link (50 Mbit/s at MTU 9000, 8.6 Mbit/s at MTU 1500)
 TCG_QUEUE_HZ = 50.0
 TCG_LINK_HZ = 50.0
-TCG_SAMPLER_GAP_S = 0.1
+TCG_SAMPLER_GAP_S = 0.25  # the longest stall measured was 208 ms, as flows started
 TCG_SAMPLER_RATE_MIN = 0.85
 ETH_HEADER = 14
 
@@ -91,6 +93,6 @@ def fit_telemetry(telemetry: Any, env: Mapping[str, str] | None = None) -> tuple
         "sampler_gap_max_s": TCG_SAMPLER_GAP_S,
         "sampler_rate_min": TCG_SAMPLER_RATE_MIN,
         "why": "under TCG the queue sampler reaches 164 Hz of 200 at 90 % of a vCPU (measured); capped at "
-        f"{TCG_QUEUE_HZ:g} Hz so that it leaves the emulation a core; guest stalls of up to 0.1 s are allowed",
+        f"{TCG_QUEUE_HZ:g} Hz so that it leaves the emulation a core; guest stalls of up to {TCG_SAMPLER_GAP_S:g} s are allowed",
     }
     return replace(telemetry, queue_hz=queue_hz, link_hz=link_hz), notes

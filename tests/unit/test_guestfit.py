@@ -48,5 +48,5 @@ def test_sampler_rates_capped_under_tcg_and_noted() -> None:
 
 def test_sampler_allowance_only_under_tcg() -> None:
     th = thresholds(TCG)["th"]
-    assert th.sampler_gap_max_s == 0.1 and th.sampler_rate_min == 0.85 and th.rate_min == 0.95  # rate check unchanged
+    assert th.sampler_gap_max_s == 0.25 and th.sampler_rate_min == 0.85 and th.rate_min == 0.95  # rate check unchanged
     assert thresholds(KVM) == {} and thresholds({}) == {}
