@@ -89,8 +89,8 @@ def _bpf_dctcp() -> bool:
     condition=_bpf_dctcp(),
     strict=False,
     reason="known bug of the BPF struct_ops DCTCP on this 6.18 kernel (kernels without tcp_dctcp): a sender sometimes "
-    "enters CWR without our programs running and its ssthresh becomes a stale stack word; the slow-start burst that "
-    "follows can hold the queue above 2K for most of a run (see tests/root/test_ecn_marker.py); kernel DCTCP is "
+    "sits in CWR with an ssthresh our programs did not set, and the cwnd growth that follows can hold the queue above "
+    "2K for most of a run (repaired per ACK, narrowed not removed: see tests/root/test_ecn_marker.py); kernel DCTCP is "
     "checked strictly in the stock-kernel scenarios",
 )
 def test_dctcp_holds_the_queue_near_k(experiment):

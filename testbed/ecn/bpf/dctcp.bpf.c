@@ -19,6 +19,7 @@
 #define TCP_ECN_DEMAND_CWR 4
 #define ALPHA_ONE 1024U   /* alpha is kept in units of 1/1024 */
 #define G_SHIFT 4         /* g = 1/16 */
+#define STATE_MAGIC 0x7bdc7c01U /* set by init: a socket whose state lacks it was never initialized by us */
 
 struct dctcp_state {
 	__u32 window_end;       /* snd_nxt when the current observation window began */
@@ -29,7 +30,21 @@ struct dctcp_state {
 	__u32 rcv_nxt_prev;     /* receiver: rcv_nxt before the last CE state change */
 	__u32 ce_now;           /* receiver: 1 if the last data packet carried CE */
 	__u32 ca_state;         /* last congestion state we were told about */
+	__u32 magic;            /* STATE_MAGIC once init ran */
+	__u32 max_cwnd;         /* the largest cwnd seen that passed the sanity check */
 };
+
+/* Read from the object's .bss by the tests. On this machine's Linux 6.18 a sender sometimes sits in CWR with an
+ * ssthresh no program of ours set (infinite, or a word like 0x81104110), and PRR then grows cwnd without bound
+ * (measured: cwnd 962367159 on an ESTAB socket ACKed 16 ms before). Our programs do run meanwhile (no recursion
+ * misses; re-applying ssthresh()'s value on entering CWR never found it changed), so the cause is in the kernel.
+ * uninit_state counts sockets whose state was found uninitialized (40 in every 5-run test, before any repair);
+ * repaired counts garbage cwnd/ssthresh values put right per ACK (228-646 in a 5-run test). The repair narrows
+ * the bug, it does not remove it: 6 of 15 runs still dropped (8 of 10 before). */
+__u64 uninit_state = 0;
+__u64 repaired = 0;
+
+#define TCP_INFINITE_SSTHRESH 0x7fffffffU
 
 extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 
@@ -64,38 +79,79 @@ static __always_inline void set_demand_cwr(struct tcp_sock *tp, __u32 on)
 		tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
 }
 
-SEC("struct_ops/tbd_dctcp_init")
-void BPF_PROG(tbd_dctcp_init, struct sock *sk)
+static __always_inline void init_state(struct tcp_sock *tp, struct dctcp_state *s)
 {
-	struct tcp_sock *tp = as_tcp(sk);
-	struct dctcp_state *s = state_of(sk);
-
 	s->alpha = ALPHA_ONE;
 	s->loss_cwnd = 0;
 	s->ce_now = 0;
 	s->ca_state = 0;
 	s->rcv_nxt_prev = tp->rcv_nxt;
 	new_window(tp, s);
+	s->max_cwnd = tp->snd_cwnd;
+	s->magic = STATE_MAGIC;
+}
+
+/* Per ACK: put right a cwnd or ssthresh no legitimate step could have produced. cwnd grows at most by the segments
+ * an ACK covers (< 2x), undo restores at most a cwnd we saw, and every ssthresh we or the kernel set is at most a cwnd
+ * seen (or infinite), so anything above twice the largest cwnd seen (+64) is garbage. */
+static __always_inline void repair(struct tcp_sock *tp, struct dctcp_state *s)
+{
+	__u32 bound = 2 * s->max_cwnd + 64;
+
+	if (tp->snd_cwnd > bound) {
+		/* what undo would have returned: the cwnd before the last reduction */
+		tp->snd_cwnd = s->loss_cwnd && s->loss_cwnd <= s->max_cwnd ? s->loss_cwnd : s->max_cwnd;
+		__sync_fetch_and_add(&repaired, 1);
+	}
+	/* In CWR or Recovery an infinite ssthresh is garbage too: PRR would grow cwnd by ssthresh / prior_cwnd per
+	 * ACK (measured: cwnd 962367159 on an ESTAB socket in CWR, ACKed 16 ms before). */
+	if ((tp->snd_ssthresh != TCP_INFINITE_SSTHRESH || s->ca_state == TCP_CA_CWR || s->ca_state == TCP_CA_Recovery) &&
+	    tp->snd_ssthresh > bound) {
+		tp->snd_ssthresh = tp->snd_cwnd / 2 > 2 ? tp->snd_cwnd / 2 : 2;
+		__sync_fetch_and_add(&repaired, 1);
+	}
+	if (tp->snd_cwnd > s->max_cwnd)
+		s->max_cwnd = tp->snd_cwnd;
+}
+
+/* The socket's state, initialized now if init never ran for it (its bytes would be whatever was there). */
+static __always_inline struct dctcp_state *ready(struct sock *sk)
+{
+	struct dctcp_state *s = state_of(sk);
+
+	if (s->magic != STATE_MAGIC) {
+		__sync_fetch_and_add(&uninit_state, 1);
+		init_state(as_tcp(sk), s);
+	}
+	return s;
+}
+
+SEC("struct_ops/tbd_dctcp_init")
+void BPF_PROG(tbd_dctcp_init, struct sock *sk)
+{
+	init_state(as_tcp(sk), state_of(sk));
 }
 
 SEC("struct_ops/tbd_dctcp_ssthresh")
 __u32 BPF_PROG(tbd_dctcp_ssthresh, struct sock *sk)
 {
 	struct tcp_sock *tp = as_tcp(sk);
-	struct dctcp_state *s = state_of(sk);
-	__u32 cut = (tp->snd_cwnd * s->alpha) >> 11; /* cwnd * alpha / 2 */
+	struct dctcp_state *s = ready(sk);
+	__u32 cwnd = tp->snd_cwnd;
+	__u32 cut = (__u32)(((__u64)cwnd * s->alpha) >> 11); /* cwnd * alpha / 2, alpha <= 1 */
 
-	s->loss_cwnd = tp->snd_cwnd;
-	return tp->snd_cwnd - cut > 2 ? tp->snd_cwnd - cut : 2;
+	s->loss_cwnd = cwnd;
+	return cwnd > cut + 2 ? cwnd - cut : 2;
 }
 
 SEC("struct_ops/tbd_dctcp_in_ack")
 void BPF_PROG(tbd_dctcp_in_ack, struct sock *sk, __u32 flags)
 {
 	struct tcp_sock *tp = as_tcp(sk);
-	struct dctcp_state *s = state_of(sk);
+	struct dctcp_state *s = ready(sk);
 	__u32 delivered, ce, alpha;
 
+	repair(tp, s);
 	if ((__s32)(tp->snd_una - s->window_end) < 0)
 		return; /* the window of observation has not ended yet */
 	delivered = tp->delivered - s->delivered_start;
@@ -117,7 +173,7 @@ void BPF_PROG(tbd_dctcp_in_ack, struct sock *sk, __u32 flags)
 SEC("struct_ops/tbd_dctcp_set_state")
 void BPF_PROG(tbd_dctcp_set_state, struct sock *sk, __u8 new_state)
 {
-	struct dctcp_state *s = state_of(sk);
+	struct dctcp_state *s = state_of(sk); /* also called before init (openreq child) */
 
 	/* RTO is handled in cwnd_event (CA_EVENT_LOSS), so that one loss reacts once. */
 	if (new_state == TCP_CA_Recovery && s->ca_state != TCP_CA_Recovery)
@@ -130,7 +186,7 @@ void BPF_PROG(tbd_dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
 	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
 	struct tcp_sock *tp = as_tcp(sk);
-	struct dctcp_state *s = state_of(sk);
+	struct dctcp_state *s = ready(sk);
 	__u32 ce;
 
 	if (ev == CA_EVENT_LOSS) {
@@ -157,14 +213,17 @@ SEC("struct_ops/tbd_dctcp_undo")
 __u32 BPF_PROG(tbd_dctcp_undo, struct sock *sk)
 {
 	struct tcp_sock *tp = as_tcp(sk);
-	struct dctcp_state *s = state_of(sk);
+	struct dctcp_state *s = ready(sk);
 
-	return tp->snd_cwnd > s->loss_cwnd ? tp->snd_cwnd : s->loss_cwnd;
+	return tp->snd_cwnd > s->loss_cwnd ? tp->snd_cwnd : s->loss_cwnd; /* loss_cwnd: a cwnd we saw, or 0 */
 }
 
 SEC("struct_ops/tbd_dctcp_cong_avoid")
 void BPF_PROG(tbd_dctcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
+	struct dctcp_state *s = ready(sk);
+
+	repair(as_tcp(sk), s);
 	tcp_reno_cong_avoid(sk, ack, acked);
 }
 
