@@ -13,6 +13,7 @@ offsets (scapy's dissector is ~100x slower); ``decode_frame`` shows the same fie
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import sys
@@ -94,6 +95,9 @@ def send(cfg: dict[str, Any]) -> None:
         if time.time() > deadline:
             raise TimeoutError("the capture never became ready")
         time.sleep(0.02)
+    # One CPU for the whole train: veth queues each frame on the backlog of the CPU that sends it (netif_rx), so a
+    # sender migrated mid-train can have its frames delivered out of order (1 of 16 once in CI).
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     sock = conf.L2socket(iface=iface)
     out_sock = sock.outs
     b = cfg["burst"]

@@ -62,3 +62,35 @@ def test_guest_timeout_fails_clearly_and_leaves_nothing_running() -> None:
         run_in_guest(["sleep", "600"], timeout=3, stream=False)
     assert err.value.sid > 0
     assert session_pids(err.value.sid) == []
+
+
+def test_an_unavailable_kernel_package_fails_clearly_before_any_guest(tmp_path: Path) -> None:
+    """A version the archive does not have: exit 2 with one line naming the package, no QEMU started."""
+    import subprocess
+    import sys
+
+    before = _qemu_pids()
+    res = subprocess.run(
+        [sys.executable, "-m", "testbed", "vm", "--kernel", "6.1.0-999-amd64", "--", "true"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TESTBED_KERNEL_CACHE": str(tmp_path)},
+    )
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "linux-image-6.1.0-999-amd64" in res.stderr and "unavailable" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert _qemu_pids() <= before
+
+
+def _qemu_pids() -> set[int]:
+    pids = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().startswith("qemu-system"):
+                    pids.add(int(d.name))
+            except OSError:
+                continue
+    return pids
