@@ -25,6 +25,7 @@ from conftest import load
 RATE = 100e6
 PAYLOAD = RATE * (9000 - 52) / (9000 + 14)
 BASE_RTT_S = 0.5e-3
+MIN_TCP_BUFFER = 10 * 9014  # bytes: below ~10 jumbo frames the flows sit in timeouts
 
 
 @pytest.mark.root
@@ -46,11 +47,15 @@ def test_deeper_buffers_drop_less_and_delay_more(experiment):
     drops = [float(p.queue(port)["drops"] or 0) for p in pts]
     for i in range(1, len(pts)):
         b0, b1, p0, p1 = bufs[i - 1], bufs[i], pts[i - 1], pts[i]
-        exp.expect(
-            drops[i] <= 2 * drops[i - 1] + 50,
-            f"drops at {port} rose from {drops[i - 1]:.0f} ({b0 / 1e3:.0f} KB) to {drops[i]:.0f} ({b1 / 1e3:.0f} KB); "
-            "expected at most 2 x + 50 (a 30 KB buffer is 3 jumbo frames: flows sit in timeouts, so fewer drops)",
-        )
+        # A buffer of a few jumbo frames (30 KB = 3) leaves the flows in retransmission timeouts, sending less, so it
+        # can drop fewer packets than 100 KB (measured 466-566 vs 940-1048, with 61-71 vs 36-40 timeouts): there
+        # the timeouts are judged, from 10 frames up the drops.
+        if b0 >= MIN_TCP_BUFFER:
+            exp.expect(
+                drops[i] < drops[i - 1],
+                f"drops at {port} did not fall from {drops[i - 1]:.0f} ({b0 / 1e3:.0f} KB) to {drops[i]:.0f} "
+                f"({b1 / 1e3:.0f} KB)",
+            )
         exp.expect(
             p1["timeouts_total"] <= p0["timeouts_total"] + 1,
             f"retransmission timeouts rose from {p0['timeouts_total']:.0f} ({b0 / 1e3:.0f} KB) to "

