@@ -114,3 +114,18 @@ def srtt_min_s(path: Any) -> float:
     if not rtts:
         raise ValueError(f"{path}: no RTT samples in flow_samples.csv")
     return min(rtts) / 1e6
+
+
+def drops_in_window(path: Any, port: str, window: tuple[float, float]) -> float:
+    """Packets an egress port (``node:dev``) dropped within ``window`` (queues.csv's cumulative counter at its ends)."""
+    from results.record import load_run
+
+    node, dev = port.split(":", 1)
+    rows = sorted(
+        (r for r in load_run(path).table("queues") if r["node"] == node and r["dev"] == dev), key=lambda r: r["t"]
+    )
+    before = [float(r["drops"] or 0) for r in rows if r["t"] <= window[0]]
+    upto = [float(r["drops"] or 0) for r in rows if r["t"] <= window[1]]
+    if not upto:
+        raise ValueError(f"{port}: no queue samples before {window[1]}")
+    return upto[-1] - (before[-1] if before else 0.0)
