@@ -34,6 +34,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=/usr/bin/python3
+# The guest pass: every stock_kernel scenario in one boot of Debian's stock kernel (testbed vm installs QEMU and
+# virtme-ng on first use)
+GUEST_PASS=($PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kernel scenarios)
 # The eBPF ECN marker and BPF DCTCP, compiled from this repo's C sources for this kernel (build/bpf/)
 $PY -W ignore::RuntimeWarning -m testbed.ecn.build >/dev/null
 
@@ -51,7 +54,7 @@ case "${1:-install}" in
       || { echo "setup.sh: the capability probe failed: cannot tell whether the guest pass is needed" >&2; exit 1; }
     if [ -n "$missing" ] && [ $# -eq 0 ]; then
       echo "setup.sh: this kernel lacks $missing: the stock-kernel scenarios run in the guest kernel mode"
-      $PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kernel scenarios || rc=$?
+      "${GUEST_PASS[@]}" || rc=$?
     elif [ -n "$missing" ]; then
       echo "setup.sh: no guest pass with pytest arguments ($*); this kernel lacks $missing: run ./setup.sh stock"
     fi
@@ -59,6 +62,6 @@ case "${1:-install}" in
   stock)
     # The guest pass alone. Run `./setup.sh test` (or `pytest scenarios`) first: the RED vs eBPF cross-check
     # compares with the eBPF marker's record that the native scenarios write.
-    shift; exec $PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kernel scenarios "$@" ;;
+    shift; exec "${GUEST_PASS[@]}" "$@" ;;
   *) echo "usage: sudo ./setup.sh [install|demo|test|stock]" >&2; exit 2 ;;
 esac

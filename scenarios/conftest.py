@@ -94,8 +94,7 @@ def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _unfaithful(manifest: dict[str, Any]) -> str:
-    checks = (manifest.get("fidelity") or {}).get("checks", [])
-    return "; ".join(c["reason"] for c in checks if c.get("ok") is False)
+    return "; ".join((manifest.get("fidelity") or {}).get("failed", []))  # fidelity.verdict's "check: reason"s
 
 
 @pytest.fixture

@@ -13,6 +13,12 @@ import numpy as np
 REVERSED = os.environ.get("TESTBED_REVERSED") == "1"
 
 
+def port_rows(rows: Any, port: str) -> list[dict[str, Any]]:
+    """The rows of one port (``node:dev``) of a queues/links table, in time order."""
+    node, dev = port.split(":", 1)
+    return sorted((r for r in rows if r.get("node") == node and r.get("dev") == dev), key=lambda r: r["t"])
+
+
 def backlog_percentiles(
     path: Any, queue: str, pcts: list[float], window: tuple[float, float] | None = None
 ) -> list[float]:
@@ -27,10 +33,7 @@ def backlog_percentiles(
 
     run = load_run(path)
     win = window or load_window(run)
-    node, dev = queue.split(":", 1)
-    rows = sorted(
-        (r for r in run.table("queues") if r.get("node") == node and r.get("dev") == dev), key=lambda r: r["t"]
-    )
+    rows = port_rows(run.table("queues"), queue)
     t = np.array([r["t"] for r in rows], float)
     b = np.array([r["backlog_bytes"] or 0 for r in rows], float)
     if win is not None:
@@ -94,8 +97,7 @@ def port_utilization(path: Any, port: str, window: tuple[float, float]) -> float
     from results.record import load_run
 
     run = load_run(path)
-    node, dev = port.split(":", 1)
-    rows = sorted((r for r in run.table("links") if r["node"] == node and r["dev"] == dev), key=lambda r: r["t"])
+    rows = port_rows(run.table("links"), port)
     t = np.array([r["t"] for r in rows], float)
     tx = np.array([r["tx_bytes"] for r in rows], float)
     if t.size < 2 or t[0] > window[0] or t[-1] < window[1]:
@@ -120,10 +122,7 @@ def drops_in_window(path: Any, port: str, window: tuple[float, float]) -> float:
     """Packets an egress port (``node:dev``) dropped within ``window`` (queues.csv's cumulative counter at its ends)."""
     from results.record import load_run
 
-    node, dev = port.split(":", 1)
-    rows = sorted(
-        (r for r in load_run(path).table("queues") if r["node"] == node and r["dev"] == dev), key=lambda r: r["t"]
-    )
+    rows = port_rows(load_run(path).table("queues"), port)
     before = [float(r["drops"] or 0) for r in rows if r["t"] <= window[0]]
     upto = [float(r["drops"] or 0) for r in rows if r["t"] <= window[1]]
     if not upto:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scenario_helpers import port_rows
 
 GUEST_COMMAND = "python3 -m testbed vm -- /usr/bin/python3 -m pytest -p no:cacheprovider -m stock_kernel scenarios"
 BOTTLENECK = "l1:l1-l1h1"  # every stock scenario sends into l1h1
@@ -32,8 +33,7 @@ def require_stock_kernel(*needs: str) -> dict[str, Any]:
 def steady_backlog(point: Any, queue: str = BOTTLENECK, skip: float = 0.2) -> np.ndarray:
     """Time-weighted backlog samples (bytes, one per ms) of ``queue`` over the traffic window, the first ``skip``
     share (slow start) left out. queues.csv holds a value until the next row (rows on change + keyframes)."""
-    node, dev = queue.split(":", 1)
-    rows = sorted((r for r in point.table("queues") if r["node"] == node and r["dev"] == dev), key=lambda r: r["t"])
+    rows = port_rows(point.table("queues"), queue)
     t = np.array([r["t"] for r in rows], float)
     b = np.array([r["backlog_bytes"] or 0 for r in rows], float)
     lo, hi = point.manifest["traffic_window"]
