@@ -99,15 +99,25 @@ def hosts_cc(cc: CongestionControl, algo: str) -> dict[str, str]:
     return sources
 
 
-def measure(seconds: float = SECONDS) -> dict:
+def measure(seconds: float = SECONDS, senders: bool = False) -> dict:
+    """Goodput, steady queue percentiles, drops, CE/ECT(0) at the receiver; with ``senders``, also the senders'
+    cwnd/ssthresh past slow start (``huge_ssthresh``: samples with ssthresh >= 65535, ``max_cwnd``)."""
     d0, q0 = en.netstat("d"), en.leaf_stats()
     sampler = en.QueueSampler()
+    ss = en.SenderSampler() if senders else None
     sampler.start()
+    if ss:
+        ss.start()
+    t0 = time.time()
     results = en.iperf_pair(seconds)
     backlog = sampler.stop()
+    rows = ss.stop() if ss else []
     d1, q1 = en.netstat("d"), en.leaf_stats()
     steady = backlog[len(backlog) // 6 :]  # skip slow start
+    late = [r for r in rows if r[0] > t0 + 1.5]
+    extra = {"huge_ssthresh": sum(r[3] is None for r in late), "max_cwnd": max((r[2] for r in late), default=0)}
     return {
+        **(extra if ss else {}),
         "goodput": sum(r["end"]["sum_received"]["bits_per_second"] for r in results),
         "p99": en.percentile(steady, 99),
         "median": statistics.median(steady),
@@ -171,24 +181,32 @@ def test_step_marking_vs_droptail(net, tmp_path, record_property):
 
 
 def test_dctcp_holds_queue_near_k(net):
+    """Two DCTCP flows at K = 30 KB hold the 300 KB queue near K, without drops.
+
+    The known bug (test_dctcp_repeated_runs_keep_ssthresh_sane) can strike any run; the BPF DCTCP counts each garbage
+    cwnd/ssthresh it repairs. A run whose counter stayed 0 is judged strictly; a run where the bug struck and the queue
+    or drops show it is the bug's xfail, with the evidence. Measured in 10 runs: counter 0 once (max cwnd 15, p99
+    34.8 KB, no drops); 2-291 in the other nine (max cwnd 51-2538, drops in six, up to 4007)."""
     _, markers, cc = net
     sources = hosts_cc(cc, "dctcp")
     assert sources == {"dctcp": "bpf"}
     assert en.nsx("s1", "sysctl", "-n", "net.ipv4.tcp_congestion_control").stdout.strip() == cc.kernel_name("dctcp")
     spec = link({"mode": "step", "k": "30KB"})
     markers.attach(en.ns("r"), "r-d", spec.marking, spec)
-    res = measure()
+    res = measure(senders=True)
     marks = markers.read_marks()[(en.ns("r"), "r-d")]["marks"]
-    print("dctcp", res, "marks", marks)
+    counters = dctcp_counters()
+    print("dctcp", res, "marks", marks, "counters", counters)
+    assert "repaired" in counters, "the BPF DCTCP's .bss counters could not be read"
     assert res["goodput"] >= 0.9 * spec.payload_rate_bps, res
     assert marks > 0
-    if not 15_000 <= res["median"] <= 60_000 and res["drops"] > 0:
-        # The known bug's signature (test_dctcp_repeated_runs_keep_ssthresh_sane): DCTCP at K = 30 KB never fills a
-        # 300 KB buffer unless a sender's cwnd ran away (median 66.6 KB, 193 drops once in CI).
+    held = 15_000 <= res["median"] <= 60_000 and res["drops"] == 0
+    if not held and counters["repaired"] > 0:
         pytest.xfail(
-            f"known BPF DCTCP bug on this kernel: cwnd ran away, {res['drops']} drops, median {res['median']} B"
+            f"known BPF DCTCP bug on this kernel struck: {counters['repaired']} garbage cwnd/ssthresh repaired, "
+            f"max cwnd {res['max_cwnd']}, {res['drops']} drops, median {res['median']} B"
         )
-    assert 15_000 <= res["median"] <= 60_000, res
+    assert held, res
 
 
 @pytest.mark.parametrize("pmax", [0.2, 0.5])
