@@ -48,7 +48,10 @@ Row = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class Thresholds:
-    rate_min: float = 0.95  # delivered / configured rate on a busy port
+    # delivered / configured rate on a busy port, over the time its queue held packets: a queue that empties for a
+    # moment is offered less, not emulated short (CI: ports 94-95% non-empty in their busy windows delivered 0.946-0.950
+    # of the rate over the whole window and 1.004-1.011 over the time they held packets; three takes "not faithful")
+    rate_min: float = 0.95
     # a port busy for less than this is judged against rate_min_short: one 0.2 s window is a few hundred frames,
     # and HTB's bucket and the sample timing move it by several percent (seen in CI: a host's own egress at 0.949
     # and at 0.90 over one ~0.2 s window, while every other port of the run delivered >= 0.95)
@@ -110,7 +113,8 @@ def _tx_series(qrows: list[Row], lrows: list[Row] | None) -> np.ndarray | None:
 
 
 def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Thresholds) -> list[dict[str, float]]:
-    """Per window of ``th.window_s``: covered time, busy time, delivered bytes, and ratio to ``rate_bps``."""
+    """Per window of ``th.window_s``: covered time, busy time, delivered bytes, and their rate over the window
+    (``ratio``) and over its busy time (``busy_ratio``), as fractions of ``rate_bps``."""
     t = np.array([float(r["t"]) for r in qrows])
     if len(t) < 2:
         return []
@@ -138,6 +142,7 @@ def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Threshol
                 "busy_s": busy_t,
                 "bytes": nbytes,
                 "ratio": nbytes * 8 / span / rate_bps if rate_bps > 0 else float("nan"),
+                "busy_ratio": nbytes * 8 / busy_t / rate_bps if rate_bps > 0 and busy_t > 0 else float("nan"),
             }
         )
     return out
@@ -172,14 +177,14 @@ def check_bottlenecks(
         wins = [w for w in port_windows(rows, tx, rate, th) if w["busy_s"] >= th.busy_share * w["span_s"]]
         if not wins:
             continue
-        busy_t = sum(w["span_s"] for w in wins)
+        busy_t = sum(w["busy_s"] for w in wins)
         ratio = sum(w["bytes"] for w in wins) * 8 / busy_t / rate
         per[name] = {
             "rate_bps": rate,
             "busy_s": round(busy_t, 3),
             "busy_windows": len(wins),
             "ratio": round(ratio, 4),
-            "worst_window": round(min(w["ratio"] for w in wins), 4),
+            "worst_window": round(min(w["busy_ratio"] for w in wins), 4),
         }
     if not per:
         why = "no queue was non-empty for a whole window, so no saturated bottleneck to check"
