@@ -359,19 +359,24 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = SamplerConfig.load(args.config)
     args.out.mkdir(parents=True, exist_ok=True)
+    # Before the Sampler starts its writer thread, so that the writer inherits the policy: a SCHED_OTHER writer
+    # preempted by the traffic while holding the GIL would keep the loop waiting. (Side by side here, 8 native runs
+    # each: worst 910 / median 951 Hz of 1000 with it, 897 / 958 with synchronous writes: no cost measured.)
+    scheduling = "SCHED_OTHER"
+    if cfg.rt_priority:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.rt_priority))
+            scheduling = f"SCHED_FIFO {cfg.rt_priority}"
+        except OSError as exc:  # recorded in the health file; the measured jitter shows the consequence
+            scheduling = f"SCHED_OTHER (SCHED_FIFO {cfg.rt_priority} refused: {exc.strerror})"
     sampler = Sampler(cfg, args.out)
+    sampler.scheduling = scheduling
 
     def on_signal(_sig: int, _frame: object) -> None:
         sampler.stop = True
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    if cfg.rt_priority:
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.rt_priority))
-            sampler.scheduling = f"SCHED_FIFO {cfg.rt_priority}"
-        except OSError as exc:  # recorded in the health file; the measured jitter shows the consequence
-            sampler.scheduling = f"SCHED_OTHER (SCHED_FIFO {cfg.rt_priority} refused: {exc.strerror})"
     try:
         (args.out / "sampler.ready").write_text(f"{os.getpid()}\n")
         print("READY", flush=True)

@@ -119,6 +119,10 @@ class _Collector:
                 dst.flush()
 
 
+def _raise_on_term(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> tuple[int, _Collector, float, float]:
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -139,6 +143,10 @@ def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> 
     ]
     for t in threads:
         t.start()
+    # SIGTERM to this process must not orphan QEMU (it runs in its own session): raise, so the guest is killed below
+    prev_term = (
+        signal.signal(signal.SIGTERM, _raise_on_term) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -151,6 +159,8 @@ def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> 
     finally:
         if proc.returncode is None or session_pids(proc.pid):
             kill_session(proc)
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)
     for t in threads:
         t.join(timeout=5)
     return rc, col, t0, time.monotonic()

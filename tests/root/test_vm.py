@@ -84,6 +84,35 @@ def test_an_unavailable_kernel_package_fails_clearly_before_any_guest(tmp_path: 
     assert _qemu_pids() <= before
 
 
+def test_sigterm_to_testbed_vm_kills_the_guest() -> None:
+    """The bug: SIGTERM to `testbed vm` ended it but left vng, virtme-run and QEMU running in their own session."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    before = _qemu_pids()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "vm", "--", "sleep", "600"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (_qemu_pids() - before) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        started = _qemu_pids() - before
+        assert started, "no QEMU started within 120 s"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) != 0
+        assert not (_qemu_pids() & started), "QEMU left running after SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _qemu_pids() -> set[int]:
     pids = set()
     for d in Path("/proc").iterdir():
