@@ -113,8 +113,8 @@ def _tx_series(qrows: list[Row], lrows: list[Row] | None) -> np.ndarray | None:
 
 
 def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Thresholds) -> list[dict[str, float]]:
-    """Per window of ``th.window_s``: covered time, busy time, delivered bytes, and their rate over the window
-    (``ratio``) and over its busy time (``busy_ratio``), as fractions of ``rate_bps``."""
+    """Per window of ``th.window_s``: covered time, busy time, delivered bytes, and their rate over the busy time as a
+    fraction of ``rate_bps`` (``ratio``)."""
     t = np.array([float(r["t"]) for r in qrows])
     if len(t) < 2:
         return []
@@ -141,8 +141,7 @@ def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Threshol
                 "span_s": span,
                 "busy_s": busy_t,
                 "bytes": nbytes,
-                "ratio": nbytes * 8 / span / rate_bps if rate_bps > 0 else float("nan"),
-                "busy_ratio": nbytes * 8 / busy_t / rate_bps if rate_bps > 0 and busy_t > 0 else float("nan"),
+                "ratio": nbytes * 8 / busy_t / rate_bps if rate_bps > 0 and busy_t > 0 else float("nan"),
             }
         )
     return out
@@ -184,7 +183,7 @@ def check_bottlenecks(
             "busy_s": round(busy_t, 3),
             "busy_windows": len(wins),
             "ratio": round(ratio, 4),
-            "worst_window": round(min(w["busy_ratio"] for w in wins), 4),
+            "worst_window": round(min(w["ratio"] for w in wins), 4),
         }
     if not per:
         why = "no queue was non-empty for a whole window, so no saturated bottleneck to check"
