@@ -46,6 +46,8 @@ class IperfGenerator(ProcGenerator):
         s = self.spec
         argv = [IPERF, "-c", dst_ip, "-p", str(self.port), "-J", "-i", f"{s.interval:g}", "-P", str(s.parallel)]
         argv += ["--connect-timeout", "3000"]
+        if s.cport is not None:
+            argv += ["--cport", str(s.cport)]
         if s.proto == "udp":
             argv += ["-u", "-b", str(s.rate_bps)]
         elif s.rate_bps:

@@ -141,8 +141,10 @@ class PipelineJob(RankedJob):
 class IperfJob(JobBase):
     """iperf3 flow(s) src -> dst: ``proto`` tcp|udp, ``rate`` (udp target rate, or a tcp cap), ``duration``,
     ``parallel`` streams, ``on``/``off`` seconds (on/off cycling: repeated clients of ``on`` s separated by ``off``
-    s for ``duration`` in total; default long-lived), ``port`` (default 5201 + job index), ``interval`` of the
-    JSON samples (default 0.1 s)."""
+    s for ``duration`` in total; default long-lived), ``interval`` of the JSON samples (default 0.1 s), ``cport``:
+    the client's source port (stream i of ``parallel`` binds cport + i; default ephemeral). With the ECMP seed
+    fixed, fixed source ports make every flow's path, and so the collision pattern, the same in every run. The
+    server listens on 5201 + the job's index."""
 
     src: str = ""
     dst: str = ""
@@ -153,6 +155,11 @@ class IperfJob(JobBase):
     on: float | None = None
     off: float | None = None
     interval: float = 0.1
+    cport: int | None = None
+
+    def cports(self) -> range:
+        """The source ports the streams bind (empty: ephemeral)."""
+        return range(self.cport, self.cport + self.parallel) if self.cport is not None else range(0)
 
 
 @dataclass(frozen=True)
@@ -294,6 +301,7 @@ def parse_job(data: Any, path: str) -> JobSpec:
             "on",
             "off",
             "interval",
+            "cport",
         }
         check_keys(data, COMMON | keys, path, {"src", "dst"})
         proto = choice(sub(path, "proto"), g("proto", "tcp"), ("tcp", "udp"))
@@ -302,6 +310,12 @@ def parse_job(data: Any, path: str) -> JobSpec:
         if ("on" in data) != ("off" in data):
             raise SpecError(sub(path, "on" if "on" not in data else "off"), "on and off go together")
         src, dst = host_list(sub(path, "src"), [g("src"), g("dst")], 2)
+        parallel = integer(sub(path, "parallel"), g("parallel", 1), 1, 128)
+        cport = None
+        if "cport" in data:
+            cport = integer(sub(path, "cport"), data["cport"], 1024, 65536 - parallel)
+            if "on" in data:  # each cycle's new client would bind a port the last one may still hold in TIME_WAIT
+                raise SpecError(sub(path, "cport"), "a fixed client port cannot be combined with on/off cycling")
         for key in ("duration", "on"):  # iperf3 3.12 reads -t with atoi: 0.5 would mean "forever"
             if key in data and not float(convert(sub(path, key), parse_duration, data[key])).is_integer():
                 raise SpecError(sub(path, key), "iperf3 runs whole seconds only (its -t is an integer)")
@@ -312,10 +326,11 @@ def parse_job(data: Any, path: str) -> JobSpec:
             proto=proto,
             rate_bps=convert(sub(path, "rate"), parse_rate, data["rate"]) if "rate" in data else None,
             duration=convert(sub(path, "duration"), parse_duration, g("duration", 5)),
-            parallel=integer(sub(path, "parallel"), g("parallel", 1), 1, 128),
+            parallel=parallel,
             on=convert(sub(path, "on"), parse_duration, data["on"]) if "on" in data else None,
             off=convert(sub(path, "off"), parse_duration, data["off"]) if "off" in data else None,
             interval=convert(sub(path, "interval"), parse_duration, g("interval", 0.1)),
+            cport=cport,
         )
     if kind == "rtt_probe":
         check_keys(
@@ -381,13 +396,19 @@ def parse_job(data: Any, path: str) -> JobSpec:
 
 
 def parse_workload(data: Any, path: str = "workload") -> tuple[JobSpec, ...]:
-    """Parse the ``workload:`` list; job names must be unique."""
+    """Parse the ``workload:`` list; job names must be unique, and so must fixed client ports on one host."""
     if not isinstance(data, list):
         raise SpecError(path, f"expected a list of jobs, got {type(data).__name__}")
     jobs = tuple(parse_job(item, f"{path}[{i}]") for i, item in enumerate(data))
     seen: set[str] = set()
+    bound: dict[tuple[str, int], str] = {}
     for i, job in enumerate(jobs):
         if job.name in seen:
             raise SpecError(f"{path}[{i}].name", f"duplicate job name {job.name!r}")
         seen.add(job.name)
+        if isinstance(job, IperfJob):
+            for port in job.cports():
+                other = bound.setdefault((job.src, port), job.name)
+                if other != job.name:
+                    raise SpecError(f"{path}[{i}].cport", f"{job.src} port {port} is also bound by job {other!r}")
     return jobs

@@ -67,3 +67,42 @@ def test_workload_names_unique() -> None:
     with pytest.raises(SpecError):
         parse_workload({"kind": "allreduce"})
     assert len(parse_workload([{"kind": "allreduce", "name": "a", "start_after": "2s"}])) == 1
+
+
+def _iperf(**kw):
+    return {"kind": "iperf", "name": "i", "src": "a", "dst": "b", **kw}
+
+
+def test_iperf_cport_binds_one_port_per_stream():
+    from traffic.iperf import IperfGenerator
+
+    job = parse_job(_iperf(cport=30000, parallel=3), "w")
+    assert isinstance(job, IperfJob) and list(job.cports()) == [30000, 30001, 30002]
+    argv = IperfGenerator(job, 0).client_argv("10.0.0.2")
+    assert argv[argv.index("--cport") + 1] == "30000"
+    assert "--cport" not in IperfGenerator(parse_job(_iperf(), "w"), 0).client_argv("10.0.0.2")
+    assert list(parse_job(_iperf(), "w").cports()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"cport": 80}, "expected an integer in [1024"),
+        ({"cport": 65535, "parallel": 2}, "65534"),
+        ({"cport": 30000, "on": 1, "off": 1}, "on/off cycling"),
+    ],
+)
+def test_iperf_cport_rejects_what_cannot_bind(extra, message):
+    with pytest.raises(SpecError) as err:
+        parse_job(_iperf(**extra), "w[0]")
+    assert err.value.path == "w[0].cport" and message in str(err.value)
+
+
+def test_workload_rejects_two_jobs_binding_one_port_on_one_host():
+    a = _iperf(cport=30000, parallel=2)
+    b = {**_iperf(cport=30001), "name": "j", "dst": "c"}
+    with pytest.raises(SpecError) as err:
+        parse_workload([a, b], "w")
+    assert err.value.path == "w[1].cport" and "also bound by job 'i'" in str(err.value)
+    other_host = {**b, "src": "c", "dst": "a"}
+    assert len(parse_workload([a, other_host], "w")) == 2
