@@ -213,9 +213,23 @@ def clean(quiet: bool = False) -> list[str]:
         if m and m.group(1) not in live:
             delete_netns(ns)
             log.append(f"deleted netns {ns} (prefix of a dead run)")
+    log += clean_stages()
     if not quiet:
         for line in log:
             print(line)
+    return log
+
+
+def clean_stages(root: Path | None = None) -> list[str]:
+    """Remove the sampler stages (``staging``) whose owner, the pid in the name, is gone."""
+    from testbed.telemetry.staging import PREFIX, STAGE_ROOT
+
+    log = []
+    for d in sorted((root or STAGE_ROOT).glob(f"{PREFIX}*-*")):
+        pid = d.name[len(PREFIX) :].split("-", 1)[0]
+        if d.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            log.append(f"removed sampler stage {d} (its run, pid {pid}, is gone)")
     return log
 
 

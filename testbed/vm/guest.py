@@ -124,6 +124,20 @@ def _raise_on_term(signum: int, _frame: object) -> None:
 
 
 def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> tuple[int, _Collector, float, float]:
+    # SIGTERM to this process must not orphan QEMU (it runs in its own session): raise, so the guest is killed. The
+    # handler goes in before QEMU starts, so no SIGTERM can fall between the start and the handler.
+    main = threading.current_thread() is threading.main_thread()
+    prev_term = signal.signal(signal.SIGTERM, _raise_on_term) if main else None
+    try:
+        return _boot_and_wait(cmd, env, timeout, stream)
+    finally:
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)
+
+
+def _boot_and_wait(
+    cmd: list[str], env: dict[str, str], timeout: float, stream: bool
+) -> tuple[int, _Collector, float, float]:
     t0 = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -136,18 +150,14 @@ def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> 
         start_new_session=True,
     )
     col = _Collector(stream)
-    assert proc.stdout is not None and proc.stderr is not None
-    threads = [
-        threading.Thread(target=col.pump, args=(proc.stdout, sys.stdout, True), daemon=True),
-        threading.Thread(target=col.pump, args=(proc.stderr, sys.stderr, False), daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    # SIGTERM to this process must not orphan QEMU (it runs in its own session): raise, so the guest is killed below
-    prev_term = (
-        signal.signal(signal.SIGTERM, _raise_on_term) if threading.current_thread() is threading.main_thread() else None
-    )
     try:
+        assert proc.stdout is not None and proc.stderr is not None
+        threads = [
+            threading.Thread(target=col.pump, args=(proc.stdout, sys.stdout, True), daemon=True),
+            threading.Thread(target=col.pump, args=(proc.stderr, sys.stderr, False), daemon=True),
+        ]
+        for t in threads:
+            t.start()
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_session(proc)
@@ -159,8 +169,6 @@ def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> 
     finally:
         if proc.returncode is None or session_pids(proc.pid):
             kill_session(proc)
-        if prev_term is not None:
-            signal.signal(signal.SIGTERM, prev_term)
     for t in threads:
         t.join(timeout=5)
     return rc, col, t0, time.monotonic()

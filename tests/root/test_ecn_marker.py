@@ -99,6 +99,13 @@ def hosts_cc(cc: CongestionControl, algo: str) -> dict[str, str]:
     return sources
 
 
+def past_slow_start(rows: list, t0: float) -> tuple[list, dict[str, int]]:
+    """The SenderSampler rows taken 1.5 s after ``t0``, and their ``huge_ssthresh`` (samples with ssthresh
+    >= 65535) and ``max_cwnd``."""
+    late = [r for r in rows if r[0] > t0 + 1.5]
+    return late, {"huge_ssthresh": sum(r[3] is None for r in late), "max_cwnd": max((r[2] for r in late), default=0)}
+
+
 def measure(seconds: float = SECONDS, senders: bool = False) -> dict:
     """Goodput, steady queue percentiles, drops, CE/ECT(0) at the receiver; with ``senders``, also the senders'
     cwnd/ssthresh past slow start (``huge_ssthresh``: samples with ssthresh >= 65535, ``max_cwnd``)."""
@@ -114,8 +121,7 @@ def measure(seconds: float = SECONDS, senders: bool = False) -> dict:
     rows = ss.stop() if ss else []
     d1, q1 = en.netstat("d"), en.leaf_stats()
     steady = backlog[len(backlog) // 6 :]  # skip slow start
-    late = [r for r in rows if r[0] > t0 + 1.5]
-    extra = {"huge_ssthresh": sum(r[3] is None for r in late), "max_cwnd": max((r[2] for r in late), default=0)}
+    _, extra = past_slow_start(rows, t0)
     return {
         **(extra if ss else {}),
         "goodput": sum(r["end"]["sum_received"]["bits_per_second"] for r in results),
@@ -295,14 +301,13 @@ def test_dctcp_repeated_runs_keep_ssthresh_sane(net):
         en.iperf_pair(REPEAT_SECONDS)
         rows = sampler.stop()
         drops = en.leaf_stats()["drops"] - q0["drops"]
-        late = [r for r in rows if r[0] > t0 + 1.5]  # past slow start
-        huge = [r for r in late if r[3] is None]
+        late, seen = past_slow_start(rows, t0)
         print(
-            f"run {i}: drops {drops}, samples {len(late)}, huge ssthresh {len(huge)}, "
-            f"max cwnd {max((r[2] for r in late), default=0)}"
+            f"run {i}: drops {drops}, samples {len(late)}, huge ssthresh {seen['huge_ssthresh']}, "
+            f"max cwnd {seen['max_cwnd']}"
         )
-        if drops or huge or not late:
-            bad.append((i, drops, len(huge), len(late)))
+        if drops or seen["huge_ssthresh"] or not late:
+            bad.append((i, drops, seen["huge_ssthresh"], len(late)))
     misses = dctcp_recursion_misses()
     counters = dctcp_counters()
     print(f"struct_ops DCTCP recursion misses: {misses}; counters: {counters}")

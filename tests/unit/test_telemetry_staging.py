@@ -1,0 +1,126 @@
+"""Sampler staging: where the run directory lives decides whether the sampler writes through tmpfs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import ownership
+from testbed.telemetry import control, staging
+from testbed.telemetry.sampler import SamplerError
+
+# the guest's mounts, as `testbed vm` showed them (/proc/self/mountinfo of the 6.1 guest, shortened)
+GUEST = """\
+22 1 0:20 / / ro,relatime - 9p /dev/root ro,sync,dirsync,access=any,msize=512000,trans=virtio
+23 22 0:21 / /run rw,relatime - tmpfs run rw,mode=755
+24 22 0:22 / /dev/shm rw,nosuid,nodev - tmpfs tmpfs rw
+31 22 0:30 / /work/main/runs rw,relatime - 9p virtme.initmount0 rw,sync,dirsync,trans=virtio
+32 22 0:31 / /srv/my\\040runs rw - nfs4 host:/export rw
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "fstype"),
+    [
+        ("/work/main/runs/scenarios/x/run1", "9p"),
+        ("/work/main/runsx", "9p"),  # the root mount: not inside /work/main/runs
+        ("/run/testbed", "tmpfs"),
+        ("/dev/shm/tbstage-1-a", "tmpfs"),
+        ("/srv/my runs/a", "nfs4"),
+        ("/", "9p"),
+    ],
+)
+def test_fs_type_takes_the_longest_mount_point(path, fstype):
+    assert staging.fs_type(Path(path), GUEST) == fstype
+
+
+def test_network_filesystems_are_staged_local_ones_are_not():
+    assert all(staging.needs_staging(t) for t in ("9p", "virtiofs", "nfs", "nfs4", "cifs", "fuse.sshfs"))
+    assert not any(staging.needs_staging(t) for t in ("ext4", "xfs", "tmpfs", "overlay", "btrfs"))
+
+
+def test_for_out_stages_only_a_network_run_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(staging, "STAGE_ROOT", tmp_path)
+    assert staging.Stage.for_out(Path("/run/testbed"), GUEST) is None
+    st = staging.Stage.for_out(Path("/work/main/runs/r1"), GUEST)
+    assert st is not None and st.dir.parent == tmp_path
+    assert st.dir.name.startswith(f"tbstage-{os.getpid()}-") and "9p" in st.reason
+
+
+def test_commit_moves_everything_and_never_overwrites(tmp_path):
+    out, stage = tmp_path / "out", tmp_path / "stage"
+    out.mkdir()
+    stage.mkdir()
+    (stage / "queues.csv").write_text("rows")
+    (stage / "links.csv").write_text("links")
+    (out / "links.csv").write_text("earlier")
+    st = staging.Stage(stage, out, "test")
+    assert st.commit() == ["links.csv"]
+    assert (out / "queues.csv").read_text() == "rows" and (out / "links.csv").read_text() == "earlier"
+    assert (stage / "links.csv").read_text() == "links"  # kept, not lost
+    (stage / "links.csv").unlink()
+    assert st.commit() == [] and not stage.exists()
+
+
+FAKE_SAMPLER = """
+import json, pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+stop = []
+signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+(out / "queues.csv").write_text("t,node\\n")
+(out / "sampler.ready").write_text("1")
+while not stop:
+    time.sleep(0.01)
+(out / "sampler_health.json").write_text(json.dumps({"status": "stopped", "rate_hz_min": 50}))
+"""
+
+
+def test_stop_moves_the_staged_files_and_records_the_staging(tmp_path):
+    out, stage = tmp_path / "run", tmp_path / "stage"
+    out.mkdir()
+    stage.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_SAMPLER, str(stage)])
+    handle = control.SamplerHandle(proc, out, out / "sampler.log", staging.Stage(stage, out, "run directory on 9p"))
+    while not (stage / "sampler.ready").exists():
+        assert proc.poll() is None
+    health = handle.stop(timeout=10)
+    assert health["staging"] == {"dir": str(stage), "reason": "run directory on 9p"}
+    assert json.loads((out / "sampler_health.json").read_text())["staging"]["reason"] == "run directory on 9p"
+    assert (out / "queues.csv").exists() and not stage.exists()
+
+
+def test_a_sampler_that_dies_still_leaves_its_rows_in_the_record(tmp_path):
+    out, stage = tmp_path / "run", tmp_path / "stage"
+    out.mkdir()
+    stage.mkdir()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import pathlib,sys; pathlib.Path(sys.argv[1], 'queues.csv').write_text('t\\n1\\n'); sys.exit(3)",
+            str(stage),
+        ]
+    )
+    proc.wait(10)
+    handle = control.SamplerHandle(proc, out, out / "sampler.log", staging.Stage(stage, out, "test"))
+    with pytest.raises(SamplerError, match="exited 3 without a health file"):
+        handle.stop()
+    assert (out / "queues.csv").read_text() == "t\n1\n" and not stage.exists()
+
+
+def test_clean_removes_only_stages_of_dead_owners(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mine = tmp_path / f"tbstage-{os.getpid()}-abc"
+    gone = tmp_path / f"tbstage-{dead.pid}-def"
+    other = tmp_path / f"notours-{dead.pid}-x"
+    for d in (mine, gone, other):
+        d.mkdir()
+    log = ownership.clean_stages(tmp_path)
+    assert mine.exists() and other.exists() and not gone.exists()
+    assert log == [f"removed sampler stage {gone} (its run, pid {dead.pid}, is gone)"]
