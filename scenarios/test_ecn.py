@@ -3,8 +3,14 @@
 Reproduces two published results:
 - ECN vs drop-tail under incast (mission.md; Alizadeh et al., "Data Center TCP", SIGCOMM 2010, sections 2 and 4):
   step marking at K keeps the switch queue short, so incast bursts fit in the buffer: drops and retransmission
-  timeouts go away and the completion-time tail of short messages and of the collective's iterations shrinks,
-  while the long transfers keep their goodput.
+  timeouts go away, the completion-time tail of short messages shrinks and the incast is over sooner, while the
+  long transfers keep their goodput.
+  What it does to the all-reduce sharing the incast's port is a trade, not a win (15 ECN and 17 drop-tail records,
+  2026-12-01): outside the incast every iteration takes 0.57-0.61 s (ideal 0.564 s) in both. Under drop-tail the
+  incast lasts 1.7-2.8 s and the 3-5 iterations it overlaps take 0.57-0.88 s; with ECN it lasts 0.85-0.90 s, and
+  the one (or two) iterations it overlaps take 1.08-1.25 s, as marking gives the ring's flow into l1h1 a fair share
+  of the port next to four incast senders where drop-tail's full queue let it keep more. So the test does not
+  assert the iteration p99: it was below drop-tail's only when that slowed iteration fell on the warmup (13 of 15).
 - DCTCP's central result (same paper, figure 1 and section 3): DCTCP holds the bottleneck queue near the marking
   threshold K at full throughput, while classic ECN (cubic cutting by 0.3 on a marked window) holds it lower, below K.
 
@@ -22,11 +28,29 @@ import pytest
 from scenario_helpers import REVERSED, backlog_percentiles
 
 from conftest import load
+from results.stats import percentiles
 
 pytestmark = [pytest.mark.root, pytest.mark.quick]
 
 K = 30_000
 PORT = "l1:l1-l1h1"  # the incast receiver's last hop
+CLEAN_ITER_MAX = 1.15  # iterations the incast does not overlap, over the ideal time (measured: <= 1.08)
+INCAST_SPAN_MAX = 0.7  # the incast's span with ECN over drop-tail's (measured: 0.30-0.52)
+
+
+def incast_overlap(p) -> tuple[float, list[float], list[float], float]:
+    """(incast span s, durations of the iterations (warmup too) it overlapped, of the measured ones it did not,
+    ideal iteration s)."""
+    fct = [r for r in p.table("fct") if r["job"] == "incast"]
+    a, b = min(float(r["t_start"]) for r in fct), max(float(r["t_end"]) for r in fct)
+    contended, clean = [], []
+    for r in p.table("iterations"):
+        t0, t1 = float(r["t_start"]), float(r["t_end"])
+        if t0 < b and t1 > a:
+            contended.append(t1 - t0)
+        elif not int(r["warmup"]):
+            clean.append(t1 - t0)
+    return b - a, contended, clean, float(p.table("iterations")[0]["ideal_s"])
 
 
 def test_ecn_removes_drops_and_cuts_the_tails(experiment):
@@ -63,10 +87,24 @@ def test_ecn_removes_drops_and_cuts_the_tails(experiment):
         f"short-message FCT p99 with ECN {on['fct_p99_s'] * 1e3:.0f} ms not below 0.7 x drop-tail's "
         f"{off['fct_p99_s'] * 1e3:.0f} ms",
     )
+    span = {}
+    for label, p in (("drop-tail", off), ("ECN", on)):
+        span[label], contended, clean, ideal = incast_overlap(p)
+        p99 = percentiles(clean, [99])[0] if clean else float("nan")
+        print(
+            f"{label}: incast over {span[label]:.2f} s; iterations it overlapped {[round(t, 2) for t in contended]} s; "
+            f"the others' p99 {p99:.3f} s (ideal {ideal:.3f} s, {len(clean)} measured)"
+        )
+        exp.expect(len(clean) >= 3, f"{label}: only {len(clean)} measured iterations outside the incast")
+        exp.expect(
+            p99 <= CLEAN_ITER_MAX * ideal,
+            f"{label}: all-reduce iterations outside the incast, p99 {p99:.3f} s, above {CLEAN_ITER_MAX} x the ideal "
+            f"{ideal:.3f} s",
+        )
     exp.expect(
-        on["coll_iter_p99_s"] < 0.85 * off["coll_iter_p99_s"],
-        f"all-reduce iteration p99 with ECN {on['coll_iter_p99_s'] * 1e3:.0f} ms not below 0.85 x drop-tail's "
-        f"{off['coll_iter_p99_s'] * 1e3:.0f} ms",
+        span["ECN"] < INCAST_SPAN_MAX * span["drop-tail"],
+        f"the incast took {span['ECN']:.2f} s with ECN, not below {INCAST_SPAN_MAX} x drop-tail's "
+        f"{span['drop-tail']:.2f} s",
     )
     exp.expect(
         on["busbw_bps"] > 0.95 * off["busbw_bps"],

@@ -4,7 +4,11 @@ experiment, and kernel RED cross-checked against the eBPF marker.
 Natively on a kernel without sch_red / netem / tcp_dctcp they skip with what is missing; one guest boot runs them
 all: ``python3 -m testbed vm -- /usr/bin/python3 -m pytest -p no:cacheprovider -m stock_kernel scenarios``. Under
 software emulation (TCG) the guest emulates up to 50 Mbit/s per link faithfully at MTU 9000 (testbed/guestfit.py), so every
-scenario here is two or three flows at 50 Mbit/s into one host of a 2x2x2 fabric, sampled at 50 Hz.
+scenario here is two or three flows into one host of a 2x2x2 fabric, sampled at 50 Hz: at 50 Mbit/s for RED and the
+cross-check, at 25 Mbit/s for the two DCTCP scenarios. At 50 Mbit/s those fell short when the host ran slow (a CI
+guest pass at 16:00 UTC: kernel DCTCP goodput 44.0 Mbit/s against 0.9 C, steady bottleneck utilization 0.90-0.91
+in the three afternoon passes against 0.95-0.995 in the morning; the K = 72 KB point not faithful in 3 takes, 0.71-
+0.77 of the rate while busy); at 25 Mbit/s, in the same hour, both passed (below).
 """
 
 from __future__ import annotations
@@ -16,15 +20,16 @@ from stock_helpers import BOTTLENECK, latest_reference, queue_stats, require_sto
 from conftest import RUNS, load
 from testbed.units import parse_size
 
-BASE_RTT_S = 0.040  # stock_dctcp_k.yaml: 20 ms of netem each way on l1 - l1h1
+BASE_RTT_S = 0.080  # stock_dctcp_k.yaml: 40 ms of netem each way on l1 - l1h1
 RTT_EXTRA_MAX_S = 0.010  # the smallest srtt may exceed the netem RTT by this much
 SKIP_S = 2.0  # steady state: from 2 s after the last flow started
-# Four guest passes (TCG): K = 72 KB utilization 0.978 / 0.980 / 0.972 / 0.927, no drops; K = 9 KB 0.895 / 0.883 /
-# 0.855 / 0.764, no drops; smallest srtt 41.1-44.7 ms. DCTCP's analysis (Alizadeh et al.) has the queue swing by
-# ~sqrt(2 N C x RTT) / 2 = 6.6 frames around K + N, so at K = 1 frame the queue runs empty and the link idles.
+# Three guest passes (TCG) at 25 Mbit/s and RTT 80 ms (C x RTT 250 KB, as at 50 Mbit/s and 40 ms before): K = 72 KB
+# utilization 0.996 / 1.000 / 0.994, no drops; K = 9 KB 0.953 / 0.925 / 0.915, no drops; smallest srtt 81.4-83.0 ms.
+# DCTCP's analysis (Alizadeh et al.) has the queue swing by ~sqrt(2 N C x RTT) / 2 = 6.6 frames around K + N, so at
+# K = 1 frame the queue runs empty and the link idles.
 K_ABOVE_UTIL_MIN = 0.90  # bottleneck utilization (wire bytes / rate) with K above C x RTT / 7
 K_BELOW_UTIL_LOSS_MIN = 0.03  # how much less K under the rule delivers
-PAYLOAD_BPS = 50e6 * (9000 - 52) / (9000 + 14)  # TCP payload rate of a 50 Mbit/s link at MTU 9000
+DCTCP_PAYLOAD_BPS = 25e6 * (9000 - 52) / (9000 + 14)  # stock_dctcp*.yaml: TCP payload rate of 25 Mbit/s, MTU 9000
 
 # Cross-check band (docs/vm.md): kernel RED (guest) vs the eBPF marker (native), same setting, 50 Hz sampling.
 P99_BAND = 0.35  # |p99_red - p99_bpf| <= P99_BAND x the larger, or one frame
@@ -70,7 +75,7 @@ def test_kernel_dctcp_holds_the_queue_near_k(experiment):
     exp.expect(15_000 <= q["median"] <= 60_000, f"median queue {q['median'] / 1e3:.1f} KB not within K/2..2K (K 30 KB)")
     exp.expect(q["drops"] == 0, f"{q['drops']:.0f} drops with DCTCP (the 300 KB buffer never needs to fill)")
     exp.expect(q["marks"] > 0, "no marks")
-    exp.expect(p["goodput_bps"] >= 0.9 * PAYLOAD_BPS, f"goodput {p['goodput_bps'] / 1e6:.1f} Mbit/s below 0.9 C")
+    exp.expect(p["goodput_bps"] >= 0.9 * DCTCP_PAYLOAD_BPS, f"goodput {p['goodput_bps'] / 1e6:.1f} Mbit/s below 0.9 C")
 
 
 @pytest.mark.stock_kernel
@@ -78,7 +83,7 @@ def test_dctcp_k_from_c_times_rtt_over_7_with_netem_delay(experiment):
     require_stock_kernel("sch_red", "sch_netem", "tcp_dctcp")
     exp = experiment("stock_dctcp_k")
     big, small = exp.points
-    rule = PAYLOAD_BPS / 8 * BASE_RTT_S / 7  # bytes: C x RTT / 7 at the netem base RTT
+    rule = DCTCP_PAYLOAD_BPS / 8 * BASE_RTT_S / 7  # bytes: C x RTT / 7 at the netem base RTT
     kb = [parse_size(p.variant["fabric.host_link.ecn"]["k"]).to_bytes(9000) for p in (big, small)]
     assert kb[0] > 1.5 * rule > 3 * kb[1], f"stock_dctcp_k.yaml: K {kb} not one above and one well below {rule:.0f} B"
     util, rtt, q = {}, {}, {}
@@ -93,7 +98,7 @@ def test_dctcp_k_from_c_times_rtt_over_7_with_netem_delay(experiment):
             f"K={k} B: the smallest srtt is {rtt[k] * 1e3:.1f} ms, not the {BASE_RTT_S * 1e3:.0f} ms netem RTT "
             f"(+ up to {RTT_EXTRA_MAX_S * 1e3:.0f} ms)",
         )
-    measured = PAYLOAD_BPS / 8 * rtt[kb[0]] / 7  # the rule at the RTT the flows measured
+    measured = DCTCP_PAYLOAD_BPS / 8 * rtt[kb[0]] / 7  # the rule at the RTT the flows measured
     exp.expect(
         kb[0] > measured, f"K {kb[0]} B not above C x RTT / 7 = {measured:.0f} B at srtt {rtt[kb[0]] * 1e3:.1f} ms"
     )
