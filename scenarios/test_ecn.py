@@ -5,10 +5,10 @@ Reproduces two published results:
   step marking at K keeps the switch queue short, so incast bursts fit in the buffer: drops and retransmission
   timeouts go away, the completion-time tail of short messages shrinks and the incast is over sooner, while the
   long transfers keep their goodput.
-  What it does to the all-reduce sharing the incast's port is a trade, not a win (15 ECN and 17 drop-tail records,
+  What it does to the all-reduce sharing the incast's port is a trade, not a win (15 ECN and 15 drop-tail records,
   2026-12-01): outside the incast every iteration takes 0.57-0.61 s (ideal 0.564 s) in both. Under drop-tail the
   incast lasts 1.7-2.8 s and the 3-5 iterations it overlaps take 0.57-0.88 s; with ECN it lasts 0.85-0.90 s, and
-  the one (or two) iterations it overlaps take 1.08-1.25 s, as marking gives the ring's flow into l1h1 a fair share
+  the iteration it overlaps most takes 1.08-1.25 s, as marking gives the ring's flow into l1h1 a fair share
   of the port next to four incast senders where drop-tail's full queue let it keep more. So the test does not
   assert the iteration p99: it was below drop-tail's only when that slowed iteration fell on the warmup (13 of 15).
 - DCTCP's central result (same paper, figure 1 and section 3): DCTCP holds the bottleneck queue near the marking
