@@ -2,8 +2,8 @@
 
 The sampler runs in the root namespace as its own session (through the run's ``ProcessGroup`` when given, so the
 run's cleanup stops it too); ``start_sampler`` returns once the sampler reports READY (every queue found) and
-raises ``SamplerError`` with the sampler's own message otherwise. When ``out`` is on a network filesystem (the
-guest's 9p), the sampler writes into a tmpfs stage and ``stop`` moves its files into ``out`` (``staging``).
+raises ``SamplerError`` with the sampler's own message otherwise. The sampler writes into a tmpfs stage and
+``stop`` moves its files into ``out`` (``staging``: a flush into 9p or a disk under writeback can block it).
 """
 
 from __future__ import annotations

@@ -40,16 +40,30 @@ def test_fs_type_takes_the_longest_mount_point(path, fstype):
 
 
 def test_network_filesystems_are_staged_local_ones_are_not():
-    assert all(staging.needs_staging(t) for t in ("9p", "virtiofs", "nfs", "nfs4", "cifs", "fuse.sshfs"))
-    assert not any(staging.needs_staging(t) for t in ("ext4", "xfs", "tmpfs", "overlay", "btrfs"))
+    assert all(staging.is_network_fs(t) for t in ("9p", "virtiofs", "nfs", "nfs4", "cifs", "fuse.sshfs"))
+    assert not any(staging.is_network_fs(t) for t in ("ext4", "xfs", "tmpfs", "overlay", "btrfs"))
 
 
-def test_for_out_stages_only_a_network_run_directory(tmp_path, monkeypatch):
-    monkeypatch.setattr(staging, "STAGE_ROOT", tmp_path)
-    assert staging.Stage.for_out(Path("/run/testbed"), GUEST) is None
-    st = staging.Stage.for_out(Path("/work/main/runs/r1"), GUEST)
+def _mounts(stage_root: Path, stage_type: str = "tmpfs") -> str:
+    return GUEST + (
+        f"40 22 0:40 / /srv/disk rw - ext4 /dev/vda rw\n41 22 0:41 / {stage_root} rw - {stage_type} tmpfs rw\n"
+    )
+
+
+@pytest.mark.parametrize(("out", "why"), [("/work/main/runs/r1", "9p: sync writes"), ("/srv/disk/r1", "ext4: writes can block")])
+def test_for_out_stages_network_and_disk_run_directories(tmp_path, out, why):
+    st = staging.Stage.for_out(Path(out), _mounts(tmp_path), root=tmp_path)
     assert st is not None and st.dir.parent == tmp_path
-    assert st.dir.name.startswith(f"tbstage-{os.getpid()}-") and "9p" in st.reason
+    assert st.dir.name.startswith(f"tbstage-{os.getpid()}-") and why in st.reason
+
+
+def test_for_out_writes_directly_when_staging_cannot_help(tmp_path, monkeypatch):
+    assert staging.Stage.for_out(Path("/run/testbed"), _mounts(tmp_path), root=tmp_path) is None  # tmpfs already
+    assert staging.Stage.for_out(Path("/srv/disk/r1"), _mounts(tmp_path, "ext4"), root=tmp_path) is None
+    assert staging.Stage.for_out(Path("/srv/disk/r1"), _mounts(tmp_path), root=tmp_path / "missing") is None
+    monkeypatch.setattr(staging, "MIN_FREE", 1 << 62)  # more than any disk has free
+    assert staging.Stage.for_out(Path("/srv/disk/r1"), _mounts(tmp_path), root=tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_commit_moves_everything_and_never_overwrites(tmp_path):
