@@ -50,7 +50,9 @@ def _mounts(stage_root: Path, stage_type: str = "tmpfs") -> str:
     )
 
 
-@pytest.mark.parametrize(("out", "why"), [("/work/main/runs/r1", "9p: sync writes"), ("/srv/disk/r1", "ext4: writes can block")])
+@pytest.mark.parametrize(
+    ("out", "why"), [("/work/main/runs/r1", "9p: sync writes"), ("/srv/disk/r1", "ext4: writes can block")]
+)
 def test_for_out_stages_network_and_disk_run_directories(tmp_path, out, why):
     st = staging.Stage.for_out(Path(out), _mounts(tmp_path), root=tmp_path)
     assert st is not None and st.dir.parent == tmp_path
