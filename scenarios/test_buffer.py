@@ -92,9 +92,9 @@ def _buffer_bytes(p) -> int:
 
 
 # --- buffer sizing: needs netem (delay) -----------------------------------------------------------------------
-RTT_S = 0.040  # 20 ms each way on l1 - l1h1 (buffer_sizing.yaml)
+RTT_S = 0.080  # 40 ms each way on l1 - l1h1 (buffer_sizing.yaml)
 N_FLOWS = 4
-SIZING_RATE = 50e6  # buffer_sizing.yaml: 50 Mbit/s, what the software-emulated guest reproduces at MTU 9000
+SIZING_RATE = 25e6  # buffer_sizing.yaml: 25 Mbit/s, half what the software-emulated guest reproduces at MTU 9000
 BOTTLENECK = "l1:l1-l1h1"
 SKIP_S = 2.0  # after the last flow starts: slow start and the first loss are over
 RTT_EXTRA_MAX_S = 0.010  # the smallest srtt may exceed the netem RTT by this much (guest: 1.4-3.3 ms measured)
@@ -104,7 +104,10 @@ RTT_EXTRA_MAX_S = 0.010  # the smallest srtt may exceed the netem RTT by this mu
 # (8 s flows; smallest srtt 41.4-43.3 ms): the rule's buffer is near full, a quarter of it is clearly short, twice it
 # buys little. At B over nine guest passes: 0.946-0.976 in six, 0.904 / 0.917 / 0.934 in three taken in one afternoon
 # hour when the host itself ran slower (its native sampler too); the floor sits below those, and the quarter and double
-# checks carry the rule's shape.
+# checks carry the rule's shape. Those passes ran at 50 Mbit/s and RTT 40 ms; a CI pass at 17:30 UTC read 0.750 /
+# 0.825 / 0.843 / 0.931, every take faithful: the guest short of CPU drains the small buffers. Since then 25 Mbit/s
+# and RTT 80 ms: the same C x RTT (250 KB) and buffers, half the frames per second; one guest pass in the next hour
+# read 0.863 / 0.930 / 0.969 / 0.999 (smallest srtt 81.5-83.3 ms).
 AT_RULE_MIN = 0.88
 QUARTER_GAP_MIN = 0.06  # utilization at B minus at B/4
 DOUBLE_GAIN_MAX = 0.05  # utilization at 2B minus at B
