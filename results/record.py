@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from results.tables import SCHEMAS, Table, TableError, TableWriter, read_table
+from testbed.errors import TestbedError
 
 SCHEMA = "testbed-run/1"
 MANIFEST = "manifest.json"
@@ -28,7 +29,7 @@ SUMMARY = "summary.json"
 STATUSES = ("running", "complete", "failed", "incomplete")
 
 
-class RecordError(RuntimeError):
+class RecordError(TestbedError, RuntimeError):
     """A record that cannot be written or read (names the path and the reason)."""
 
 

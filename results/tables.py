@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from testbed.errors import TestbedError
+
 SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
     "queues": (
         (
@@ -91,7 +93,7 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-class TableError(ValueError):
+class TableError(TestbedError, ValueError):
     """A row that does not fit its table's columns."""
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import TestbedError
+
 QDISC_TRIALS: dict[str, list[str]] = {
     "htb": ["htb", "default", "1"],
     "tbf": ["tbf", "rate", "1mbit", "burst", "10kb", "latency", "10ms"],
@@ -242,5 +244,5 @@ def require(caps: dict[str, Any], key: str, why: str) -> None:
     raise CapabilityError(f"{why} needs {need.what if need else key}, which this machine lacks{how}")
 
 
-class CapabilityError(RuntimeError):
+class CapabilityError(TestbedError, RuntimeError):
     """A scenario asks for something this kernel or machine cannot do."""

@@ -7,8 +7,8 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from testbed.errors import TestbedError
 from testbed.spec import SpecError
 
 DEFAULT_SCENARIO = str(Path(__file__).resolve().parents[1] / "scenarios" / "default.yaml")
@@ -61,9 +61,19 @@ def _mn_cli(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.run import run_main
+    from testbed.run import RunOptions, run_main
 
-    return run_main(args)
+    return run_main(
+        RunOptions(
+            scenario=Path(args.scenario),
+            out=Path(args.out),
+            report=not args.no_report,
+            kernel=args.kernel,
+            allow_unfaithful=args.allow_unfaithful,
+            retake_unfaithful=args.retake_unfaithful,
+            lock_wait=args.wait,
+        )
+    )
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -108,6 +118,13 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument("--no-report", action="store_true", help="do not write the comparison report")
         r.add_argument("--kernel", default=None, help="run inside a pinned stock kernel, e.g. debian-6.1")
         r.add_argument(
+            "--wait",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="wait this long for another run on this machine to finish (default 0: refuse at once)",
+        )
+        r.add_argument(
             "--allow-unfaithful", action="store_true", help="exit 0 even if a run fails a fidelity guardrail"
         )
         r.add_argument(
@@ -149,11 +166,11 @@ def _guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
     except KeyboardInterrupt:
         print("interrupted; everything this run created was removed", file=sys.stderr)
         return 130
-    except Exception as exc:  # one line for the user; the traceback with TESTBED_DEBUG=1
+    except TestbedError as exc:  # the project's own errors: one line (the traceback with TESTBED_DEBUG=1)
         import os
 
         if os.environ.get("TESTBED_DEBUG"):
             raise
-        kind: Any = type(exc).__name__
-        print(f"error ({kind}): {exc}", file=sys.stderr)
+        print(f"error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 1
+    # anything else is a bug: Python prints its traceback (exit 1)

@@ -22,6 +22,7 @@ from typing import Any
 
 from testbed import tc
 from testbed.capabilities import CapabilityError, probe, require
+from testbed.errors import TestbedError
 from testbed.fabricspec import FabricSpec
 from testbed.mininet_compat import import_mininet
 from testbed.ownership import RunLock, RunState, delete_netns
@@ -40,7 +41,7 @@ HOST_SYSCTLS = {
 }
 
 
-class BuildError(RuntimeError):
+class BuildError(TestbedError, RuntimeError):
     """The fabric could not be built as specified (nothing is left behind)."""
 
 

@@ -23,12 +23,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import TestbedError
+
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 PREFIX_RE = re.compile(r"^tb[0-9a-f]{4}$")
 NETNS_RE = re.compile(r"^(tb[0-9a-f]{4})-[A-Za-z0-9_]+$")
 
 
-class BusyError(RuntimeError):
+class BusyError(TestbedError, RuntimeError):
     """Another run holds the machine."""
 
 

@@ -17,10 +17,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from testbed.errors import TestbedError
+
 IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "/sbin/ip"
 
 
-class CommandError(RuntimeError):
+class CommandError(TestbedError, RuntimeError):
     """A short command that exited non-zero (or could not run); carries argv, rc and stderr."""
 
     def __init__(self, argv: Sequence[str], rc: int, stderr: str):

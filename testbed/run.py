@@ -7,7 +7,6 @@ was faithful.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -242,7 +241,20 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaith
     return results
 
 
-def _in_guest(args: argparse.Namespace, kernel: str) -> int:
+@dataclass(frozen=True)
+class RunOptions:
+    """What `testbed run` / `testbed demo` were asked to do (built by the CLI, read here)."""
+
+    scenario: Path
+    out: Path = Path("runs")
+    report: bool = True
+    kernel: str | None = None  # run inside this pinned stock kernel (testbed vm)
+    allow_unfaithful: bool = False  # exit 0 even when a run failed a fidelity guardrail
+    retake_unfaithful: int = 0  # run an unfaithful point again, up to this many times
+    lock_wait: float = 0.0  # seconds to wait for another run's lock
+
+
+def _in_guest(args: RunOptions, kernel: str) -> int:
     """Re-run this command inside a pinned stock kernel (testbed vm) and return its exit code."""
     from testbed.vm import run_in_guest
 
@@ -255,10 +267,10 @@ def _in_guest(args: argparse.Namespace, kernel: str) -> int:
         "-o",
         str(Path(args.out).resolve()),
     ]
-    argv += ["--no-report"] * bool(args.no_report) + ["--allow-unfaithful"] * bool(args.allow_unfaithful)
+    argv += ["--no-report"] * (not args.report) + ["--allow-unfaithful"] * bool(args.allow_unfaithful)
     argv += ["--retake-unfaithful", str(args.retake_unfaithful)]
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    res = run_in_guest(argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())], lock_wait=args.wait)
+    res = run_in_guest(argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())], lock_wait=args.lock_wait)
     print(f"guest kernel {res.kernel_version} ({res.accel}), booted in {res.boot_s:.1f} s, exit {res.rc}")
     return int(res.rc)
 
@@ -269,7 +281,7 @@ def guest_environment() -> dict[str, str] | None:
     return {k: v for k, v in os.environ.items() if k.startswith("TESTBED_GUEST")}
 
 
-def run_main(args: argparse.Namespace) -> int:
+def run_main(args: RunOptions) -> int:
     sf = load_scenario_file(args.scenario)
     if not os.environ.get("TESTBED_GUEST"):
         if args.kernel:
@@ -277,13 +289,13 @@ def run_main(args: argparse.Namespace) -> int:
         if sf.base.kernel == "stock":
             return _in_guest(args, "debian-6.1")
     out = Path(args.out)
-    results = run_file(sf, out, lock_wait=args.wait, retake_unfaithful=args.retake_unfaithful)
+    results = run_file(sf, out, lock_wait=args.lock_wait, retake_unfaithful=args.retake_unfaithful)
     for r in results:
         for old in r.retaken:
             print(f"{'retaken':9s} {old} (NOT FAITHFUL, superseded)")
         flag = "" if r.faithful is not False else " (NOT FAITHFUL: see the manifest's fidelity)"
         print(f"{r.status:9s} {r.path}{flag}" + (f"  {r.error}" if r.error else ""))
-    if not args.no_report:
+    if args.report:
         from results.cli import report_main
 
         report_dir = out / "reports" / results[0].path.name

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
+from testbed.errors import TestbedError
 from testbed.units import Size, UnitError, parse_duration, parse_rate, parse_size
 
 # The most this 2-core machine kind emulates faithfully per link (machine.md: one flow is accurate to about
@@ -19,7 +20,7 @@ MAX_RATE_BPS = 1_000_000_000
 ETH_HEADER = 14
 
 
-class SpecError(ValueError):
+class SpecError(TestbedError, ValueError):
     """A scenario value that cannot be built: names the key path and the reason."""
 
     def __init__(self, path: str, reason: str):

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from testbed.errors import TestbedError
+
 _NUM = r"([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"  # signed: "-5Mbit" is refused as negative
 
 _RATE_UNITS = {
@@ -48,7 +50,7 @@ _PKT_UNITS = ("p", "pkt", "pkts", "packet", "packets")
 _TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
-class UnitError(ValueError):
+class UnitError(TestbedError, ValueError):
     """A value that cannot be read as the unit it should carry."""
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from results.tables import SCHEMAS
+from testbed.errors import TestbedError
 from testbed.procs import Proc, ProcessGroup
 from testbed.spec import LinkSpec
 from testbed.topology import HostInfo
@@ -28,7 +29,7 @@ Rows = dict[str, list[dict[str, Any]]]
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {name: cols for name, (cols, _) in SCHEMAS.items()}
 
 
-class GeneratorError(RuntimeError):
+class GeneratorError(TestbedError, RuntimeError):
     """A job that cannot run, failed or stalled; the message says which process and why."""
 
 

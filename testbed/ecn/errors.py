@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from testbed.errors import TestbedError
 
-class EcnError(RuntimeError):
+
+class EcnError(TestbedError, RuntimeError):
     """Raised with the reason and, where there is one, how to get the missing capability."""

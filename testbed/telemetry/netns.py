@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from testbed.errors import TestbedError
+
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
 T = TypeVar("T")
@@ -21,7 +23,7 @@ T = TypeVar("T")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class NetnsError(OSError):
+class NetnsError(TestbedError, OSError):
     """A named namespace that does not exist or cannot be entered."""
 
 

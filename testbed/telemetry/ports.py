@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import TestbedError
 from testbed.telemetry.rtnl import parse_handle
 
 
-class ConfigError(ValueError):
+class ConfigError(TestbedError, ValueError):
     """A sampler config that cannot be used; names the key."""
 
 

@@ -15,6 +15,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from testbed.errors import TestbedError
+
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 NLM_F_REQUEST = 0x1
@@ -50,7 +52,7 @@ _LINK64 = struct.Struct("=8Q")  # rtnl_link_stats64 head: rx_pkts, tx_pkts, rx_b
 #                                 rx_dropped, tx_dropped
 
 
-class NetlinkError(OSError):
+class NetlinkError(TestbedError, OSError):
     """The kernel answered a request with an error (errno), or a dump was malformed."""
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from testbed.errors import TestbedError
 from testbed.telemetry.bpfmarks import BpfMarks
 from testbed.telemetry.cpu import CPU_HEADER, CpuSampler
 from testbed.telemetry.fastpath import Counters, QdiscReader
@@ -68,7 +69,7 @@ MARKS_NOTE = (
 )
 
 
-class SamplerError(RuntimeError):
+class SamplerError(TestbedError, RuntimeError):
     """The sampler cannot sample what it was asked to (a namespace, device or qdisc is missing)."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from testbed.errors import TestbedError
 
-class VmError(Exception):
+
+class VmError(TestbedError):
     """A guest run failed before or around the command (not the command's own failure: that is its rc)."""
 
     exit_code = 2
