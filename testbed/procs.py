@@ -81,6 +81,21 @@ def _tail(path: Path | None, lines: int = 10) -> str:
         return "\n".join(fh.read().decode(errors="replace").splitlines()[-lines:])
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_times(pid: int) -> tuple[float, float] | None:
+    """(user, system) CPU seconds of a live process from /proc/PID/stat, its reaped children's included."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": fields from 3 (state) on
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + cutime) / CLK_TCK, (stime + cstime) / CLK_TCK
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -108,6 +123,7 @@ class Proc:
         self.stdout_path = stdout
         self.stderr_path = stderr
         self._popen = popen
+        self._cpu_at_exit: tuple[float, float] | None = None  # (user, system) s from wait4, once reaped
 
     def __repr__(self) -> str:
         return f"Proc({self.name!r}, pid={self.pid}, rc={self.returncode})"
@@ -117,14 +133,37 @@ class Proc:
         return self._popen.returncode
 
     def poll(self) -> int | None:
-        return self._popen.poll()
+        """The exit code, or None while it runs. Reaps with wait4, keeping the CPU the process (and the children
+        it reaped) used, which /proc no longer shows once it is gone."""
+        if self._popen.returncode is not None:
+            return self._popen.returncode
+        try:
+            pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (Popen itself): the exit code is all there is
+            return self._popen.poll()
+        if pid == 0:
+            return None
+        self._cpu_at_exit = (usage.ru_utime, usage.ru_stime)
+        self._popen.returncode = os.waitstatus_to_exitcode(status)
+        return self._popen.returncode
 
     def wait(self, timeout: float) -> int:
         """Wait for exit; raise TimeoutError naming the process if it is still running after ``timeout`` s."""
-        try:
-            return self._popen.wait(timeout=max(timeout, 0.0))
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"process {self.name!r} (pid {self.pid}) still running after {timeout:g} s") from None
+        deadline = time.monotonic() + max(timeout, 0.0)
+        delay = 0.0005
+        while (rc := self.poll()) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"process {self.name!r} (pid {self.pid}) still running after {timeout:g} s")
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+        return rc
+
+    def cpu_times(self) -> tuple[float, float] | None:
+        """(user, system) CPU seconds used so far, children it reaped included; None when unreadable."""
+        if self.poll() is not None:
+            return self._cpu_at_exit
+        return proc_cpu_times(self.pid)
 
     def stderr_tail(self, lines: int = 10) -> str:
         """The last lines of its stderr file (empty when stderr was not sent to a file)."""
@@ -152,8 +191,8 @@ class Proc:
                 time.sleep(0.01)
         if self.poll() is None:
             try:
-                self._popen.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:  # unkillable (D state): report, do not hang
+                self.wait(timeout=5.0)
+            except TimeoutError:  # unkillable (D state): report, do not hang
                 raise TimeoutError(f"process {self.name!r} (pid {self.pid}) survived SIGKILL for 5 s") from None
         return self.returncode
 

@@ -158,6 +158,7 @@ def run_point(
 
 def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: dict[str, Any]) -> None:
     from testbed.telemetry import start_sampler
+    from testbed.telemetry.budget import CpuBudget
     from testbed.telemetry.netstat import snapshot_hosts
     from traffic.base import RunContext
     from traffic.workload import run_workload
@@ -182,14 +183,29 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: dic
         fab.procs, _sampler_ports(fab), record.path, rate_hz=tele.queue_hz, link_hz=tele.link_hz, cpu_hz=tele.cpu_hz
     )
     record.event("sampler", "started")
-    ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name)
-    t_start = time.time()
+    go_file = record.raw_dir / "go"
+    ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file)
+    budget = CpuBudget()
+    window: list[float] = []
+
+    def on_go(t_go: float) -> None:  # the measured window starts when traffic does, after every process set up
+        window.append(t_go)
+        budget.start(fab.procs.procs)
+
     try:
         tables = run_workload(
-            scenario.workload, ctx, caps, scenario.duration_s, on_event=record.event, predict_path=fab.predict_path
+            scenario.workload,
+            ctx,
+            caps,
+            scenario.duration_s,
+            on_event=record.event,
+            predict_path=fab.predict_path,
+            on_go=on_go,
         )
     finally:
-        record.set("traffic_window", [t_start, time.time()])
+        if window:
+            record.set("traffic_window", [window[0], time.time()])
+            record.set("cpu_budget", budget.stop(fab.procs.procs))
         for row in snapshot_hosts(hosts_ns, "end"):
             netstat.write(row)
         record.set("sampler_health", sampler.stop())

@@ -19,6 +19,7 @@ from testbed.errors import TestbedError
 from testbed.procs import Proc, ProcessGroup
 from testbed.spec import LinkSpec
 from testbed.topology import HostInfo
+from traffic.gate import gate_env
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = "/usr/bin/python3"
@@ -44,6 +45,8 @@ class RunContext:
     host_link: LinkSpec = field(default_factory=LinkSpec)
     # the kernel's name of a congestion control in this run: the BPF DCTCP registers as dctcp_<prefix>
     cc_name: Callable[[str], str] = field(default=lambda cc: cc)
+    # the start gate's go file (traffic.gate): with it, processes set up first and traffic starts at one go time
+    go_file: Path | None = None
 
     def kernel_cc(self, cc: str | None) -> str | None:
         return None if cc is None else self.cc_name(cc)
@@ -94,29 +97,52 @@ class ProcGenerator:
 
     kind = ""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, start_after: float = 0.0):
         self.name = name
+        self.start_after = start_after
         self.procs: list[Proc] = []  # must exit 0 by themselves
         self.servers: list[Proc] = []  # run until stopped
+        self.ready_files: list[Path] = []  # gated processes' ready files: traffic starts once all exist
         self.timeout = 60.0
         self._started_at = 0.0
 
     def check(self, caps: dict[str, Any]) -> None:
         pass
 
-    def _spawn(self, ctx: RunContext, label: str, argv: list[str], netns: str, server: bool = False) -> Proc:
+    def _spawn(
+        self, ctx: RunContext, label: str, argv: list[str], netns: str, server: bool = False, gated: bool = False
+    ) -> Proc:
+        """Start one process of this job. ``gated``: it says when it is set up and waits for the go time
+        (traffic.gate); the run starts traffic only once every gated process is ready."""
         raw = ctx.raw_dir
+        env = {"PYTHONPATH": str(REPO)}
+        if ctx.go_file is not None:
+            ready = raw / f"{self.name}.{label}.ready" if gated else None
+            env.update(gate_env(ctx.go_file, ready, self.start_after))
+            if ready is not None:
+                self.ready_files.append(ready)
         proc = ctx.procs.spawn(
             f"{self.name}:{label}",
             argv,
             netns=netns,
             stdout=raw / f"{self.name}.{label}.out",
             stderr=raw / f"{self.name}.{label}.err",
-            env={"PYTHONPATH": str(REPO)},
+            env=env,
             cwd=REPO,
         )
         (self.servers if server else self.procs).append(proc)
         return proc
+
+    def ready(self) -> bool:
+        """Every gated process is set up (raises GeneratorError when one of this job's processes died)."""
+        for p in self.procs + self.servers:
+            rc = p.poll()
+            if rc is not None and (rc != 0 or p in self.servers):
+                raise GeneratorError(f"job {self.name}: {p.name} exited {rc} before traffic started: {p.stderr_tail()}")
+        return all(f.exists() for f in self.ready_files)
+
+    def go(self, ctx: RunContext) -> None:
+        """At the go time + start_after: start what is not gated (iperf3's client). Nothing by default."""
 
     def _fail_if_dead_server(self) -> None:
         for s in self.servers:

@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from traffic.gate import ready_then_wait
+
 HDR = struct.Struct("!IQ")  # flow id, size
 PROBE = struct.Struct("!Id")  # seq, t_send
 
@@ -80,18 +82,36 @@ def echo(cfg: dict[str, Any], ip: str) -> None:
         threading.Thread(target=serve, args=(c,), daemon=True).start()
 
 
+HELLO_SEQ = 0xFFFFFFFF  # the reachability request's seq: the probe loop drops its late answers like any other
+
+
+def _await_udp_echo(s: socket.socket, deadline: float) -> None:
+    """Send a request until the UDP echo server answers one (it may not be bound yet: refused or silent)."""
+    hello = PROBE.pack(HELLO_SEQ, 0.0)
+    s.settimeout(0.05)
+    while True:
+        try:
+            s.send(hello)
+            if s.recv(65536):
+                return
+        except (TimeoutError, ConnectionRefusedError):
+            if time.time() > deadline:
+                raise TimeoutError("the UDP echo server never answered") from None
+
+
 def probe(cfg: dict[str, Any], out: Any) -> None:
     size, interval, dur = cfg["size"], cfg["interval"], cfg["duration"]
     udp = cfg["proto"] == "udp"
     if udp:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.connect((cfg["dst_ip"], cfg["port"]))
+        _await_udp_echo(s, time.time() + 10)
     else:
         s = _connect(cfg["dst_ip"], cfg["port"], cfg.get("cc"), time.time() + 10)
         s.settimeout(5.0)
     buf = bytearray(max(size, PROBE.size))
     view = memoryview(buf)
-    t0 = time.time()
+    t0 = ready_then_wait()
     seq = 0
     while True:
         t_next = t0 + seq * interval
@@ -163,6 +183,7 @@ def sink(cfg: dict[str, Any]) -> None:
         c, _ = ctl.accept()
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         senders.append(c)
+    ready_then_wait()
     for rnd in range(cfg["rounds"]):
         for c in senders:
             c.sendall(b"G")
@@ -205,6 +226,8 @@ def source(cfg: dict[str, Any], index: int, out: Any) -> None:
         return
     queue = list(flows)
     errors: list[BaseException] = []
+    ready_then_wait()
+    deadline = time.time() + timeout
 
     def worker() -> None:
         while True:

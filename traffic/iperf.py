@@ -24,9 +24,22 @@ LOOP = (
 )
 
 
+def listening(pid: int, port: int) -> bool:
+    """A TCP socket listens on ``port`` (IPv4 or IPv6: iperf3 binds both) in the namespace of process ``pid``."""
+    lines: list[str] = []
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as fh:
+                lines += fh.readlines()[1:]
+        except OSError:
+            continue
+    want = f":{port:04X}"
+    return any(f[1].endswith(want) and f[3] == "0A" for f in (line.split() for line in lines) if len(f) > 3)
+
+
 class IperfGenerator(ProcGenerator):
     def __init__(self, spec: IperfJob, index: int):
-        super().__init__(spec.name)
+        super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = 5201 + index
         self.timeout = spec.duration + 30
@@ -59,15 +72,26 @@ class IperfGenerator(ProcGenerator):
     def start(self, ctx: RunContext) -> None:
         src, dst = host(ctx, self.spec.src, self.name), host(ctx, self.spec.dst, self.name)
         self._spawn(ctx, "server", [IPERF, "-s", "-p", str(self.port)], dst.netns, server=True)
-        n, on, off = self.cycles()
-        pre = str(ctx.raw_dir / self.name)
+        n = self.cycles()[0]
         meta = {"job": self.name, "src": src.name, "dst": dst.name, "proto": self.spec.proto, "cycles": n}
         (ctx.raw_dir / f"{self.name}.iperf.json").write_text(json.dumps(meta))
-        # the server needs a moment to listen: the client's --connect-timeout and a retry loop cover it
+        if ctx.go_file is None:
+            self.go(ctx, listen_wait=0.2)
+        # else the client starts at the go time (go()): the server listens by then
+
+    def ready(self) -> bool:
+        """The server listens (its namespace's /proc/PID/net/tcp has the port in LISTEN)."""
+        return super().ready() and all(listening(p.pid, self.port) for p in self.servers)
+
+    def go(self, ctx: RunContext, listen_wait: float = 0.0) -> None:
+        """Start the client (``listen_wait``: a head start for a server spawned just now)."""
+        src, dst = host(ctx, self.spec.src, self.name), host(ctx, self.spec.dst, self.name)
+        n, on, off = self.cycles()
+        pre = str(ctx.raw_dir / self.name)
         argv = [
             "sh",
             "-c",
-            "sleep 0.2; " + LOOP,
+            (f"sleep {listen_wait:g}; " if listen_wait else "") + LOOP,
             "sh",
             str(n),
             f"{on:g}",

@@ -18,7 +18,7 @@ class RttProbeGenerator(ProcGenerator):
     """One echo server per distinct destination, one probe client per [src, dst] pair."""
 
     def __init__(self, spec: RttProbeJob, index: int):
-        super().__init__(spec.name)
+        super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = 7000 + 10 * index
         self.timeout = spec.duration + 20
@@ -59,13 +59,8 @@ class RttProbeGenerator(ProcGenerator):
             self._spawn(
                 ctx, f"echo-{dst}", [*TOOL, str(path), "echo", ctx.hosts[dst].ip], ctx.hosts[dst].netns, server=True
             )
-        for i, (src, _) in enumerate(s.pairs):
-            self._spawn(
-                ctx,
-                f"probe{i}",
-                ["sh", "-c", 'sleep 0.3; exec "$@"', "sh", *TOOL, str(path), "probe", str(i)],
-                ctx.hosts[src].netns,
-            )
+        for i, (src, _) in enumerate(s.pairs):  # a probe connects with retries until its echo server listens
+            self._spawn(ctx, f"probe{i}", [*TOOL, str(path), "probe", str(i)], ctx.hosts[src].netns, gated=True)
 
     def parse(self, raw_dir: Path) -> Rows:
         return parse_rtt(raw_dir, self.name)
@@ -107,7 +102,7 @@ def draw_flows(spec: ShortFlowsJob) -> list[list[list[int]]]:
 
 class ShortFlowsGenerator(ProcGenerator):
     def __init__(self, spec: ShortFlowsJob, index: int):
-        super().__init__(spec.name)
+        super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = 9000 + 10 * index
         self.timeout = spec.timeout
@@ -138,11 +133,12 @@ class ShortFlowsGenerator(ProcGenerator):
         }
         path = ctx.raw_dir / f"{s.name}.config.json"
         path.write_text(json.dumps(cfg))
-        self._spawn(ctx, "sink", [*TOOL, str(path), "sink"], recv.netns, server=True)
+        # incast: the sink releases every round, so it is the one gated (once every sender is connected); short
+        # flows: each sender is gated. Senders connect with retries until the sink listens.
+        incast = s.kind == "incast"
+        self._spawn(ctx, "sink", [*TOOL, str(path), "sink"], recv.netns, server=True, gated=incast)
         for i, h in enumerate(senders):
-            self._spawn(
-                ctx, f"src{i}", ["sh", "-c", 'sleep 0.3; exec "$@"', "sh", *TOOL, str(path), "source", str(i)], h.netns
-            )
+            self._spawn(ctx, f"src{i}", [*TOOL, str(path), "source", str(i)], h.netns, gated=not incast)
 
     def parse(self, raw_dir: Path) -> Rows:
         return parse_fct(raw_dir, self.name)

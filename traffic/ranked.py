@@ -44,7 +44,7 @@ class RankedGenerator(ProcGenerator):
     """Runs a CollectiveJob, PsJob or PipelineJob; ``index`` (the job's place in the workload) picks its ports."""
 
     def __init__(self, spec: CollectiveJob | PsJob | PipelineJob, index: int):
-        super().__init__(spec.name)
+        super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = 20000 + 10 * index
         self.timeout = spec.timeout
@@ -108,7 +108,8 @@ class RankedGenerator(ProcGenerator):
         path = ctx.raw_dir / f"{self.name}.config.json"
         path.write_text(json.dumps(cfg, indent=1))
         for r, h in enumerate(self.members(ctx)):
-            self._spawn(ctx, f"rank{r}", [PYTHON, "-m", "traffic.worker", str(path), str(r)], h.netns)
+            # rank 0 holds the barrier: it is ready once every rank is connected and has checked in
+            self._spawn(ctx, f"rank{r}", [PYTHON, "-m", "traffic.worker", str(path), str(r)], h.netns, gated=r == 0)
 
     def parse(self, raw_dir: Path) -> Rows:
         return parse_ranked(raw_dir, self.name)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, host, read_jsonl
+from traffic.gate import ready_then_wait
 from traffic.specs import ScapyTrainJob
 
 ECN = {"not_ect": 0, "ect1": 1, "ect0": 2, "ce": 3}
@@ -101,6 +102,7 @@ def send(cfg: dict[str, Any]) -> None:
     sock = conf.L2socket(iface=iface)
     out_sock = sock.outs
     b = cfg["burst"]
+    ready_then_wait()
     with open(cfg["send_out"], "w") as out:
         for t in range(cfg["trains"]):
             ts = time.time()
@@ -141,7 +143,7 @@ def capture(cfg: dict[str, Any]) -> None:
 
 class ScapyTrainGenerator(ProcGenerator):
     def __init__(self, spec: ScapyTrainJob, index: int):
-        super().__init__(spec.name)
+        super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.index = index
         self.timeout = spec.trains * (spec.gap + 0.05) + 30
@@ -181,7 +183,7 @@ class ScapyTrainGenerator(ProcGenerator):
             self._spawn(ctx, "capture", [*tool, "capture"], dst.netns)
         else:
             (raw / f"{s.name}.ready").write_text("ready\n")
-        self._spawn(ctx, "send", [*tool, "send"], src.netns)
+        self._spawn(ctx, "send", [*tool, "send"], src.netns, gated=True)
 
     def parse(self, raw_dir: Path) -> Rows:
         return parse_trains(raw_dir, self.name)

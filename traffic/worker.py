@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from traffic.gate import ready_then_wait
 from traffic.schedule import (
     COMPUTE,
     RankProgram,
@@ -131,6 +132,7 @@ class Barrier:
 
     def __init__(self, cfg: dict[str, Any], rank: int, deadline: float):
         self.rank, self.n, self.socks = rank, len(cfg["hosts"]), []
+        self.gated = rank == 0  # the first release waits for the run's go time (traffic.gate)
         port = cfg["hosts"][0].get("port", cfg["port"]) + 1
         if rank == 0:
             lst = socket.create_server((cfg["hosts"][0]["ip"], port), backlog=256)
@@ -158,6 +160,9 @@ class Barrier:
         if self.rank == 0:
             for s in self.socks:
                 _recv_exact(s, 1)
+            if self.gated:
+                ready_then_wait()
+                self.gated = False
             go = time.time() + BARRIER_LEAD
             for s in self.socks:
                 s.sendall(struct.pack("!d", go))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from traffic.base import Generator, GeneratorError, Rows, RunContext
+from traffic.gate import write_atomic
 from traffic.iperf import IperfGenerator
 from traffic.probes import RttProbeGenerator, ShortFlowsGenerator
 from traffic.ranked import RankedGenerator
@@ -63,26 +64,33 @@ def run_workload(
     timeout: float,
     on_event: Callable[[str, str], None] | None = None,
     predict_path: Callable[[str, str, str, int, int], list[str]] | None = None,
+    on_go: Callable[[float], None] | None = None,
 ) -> Rows:
     """Run every job to completion within ``timeout`` seconds; return the merged tables. With ``predict_path``
-    (``Fabric.predict_path``) every flows row gets its ECMP path, nodes joined by ``>``."""
+    (``Fabric.predict_path``) every flows row gets its ECMP path, nodes joined by ``>``.
+
+    With ``ctx.go_file`` (the start gate, traffic.gate) every job's processes start and set up first; once all are
+    ready the go time is written, ``on_go(go time)`` is called, and traffic (and ``timeout``) starts then."""
     event = on_event or (lambda kind, detail: None)
     gens = [make_generator(job, i) for i, job in enumerate(jobs)]
     for g in gens:
         g.check(caps)
     ctx.raw_dir.mkdir(parents=True, exist_ok=True)
     order = sorted(zip(jobs, gens), key=lambda jg: jg[0].start_after)
-    t0 = time.monotonic()
-    deadline = t0 + timeout
     started: list[Generator] = []
     try:
-        for job, g in order:
-            delay = t0 + job.start_after - time.monotonic()
-            if delay > 0:
-                _wait_started(started, delay)
-            g.start(ctx)
-            started.append(g)
-            event("started", job.name)
+        if ctx.go_file is not None:
+            t0 = _start_gated(order, ctx, started, event, on_go)
+        else:
+            t0 = time.monotonic()
+            for job, g in order:
+                delay = t0 + job.start_after - time.monotonic()
+                if delay > 0:
+                    _wait_started(started, delay)
+                g.start(ctx)
+                started.append(g)
+                event("started", job.name)
+        deadline = t0 + timeout
         for job, g in zip(jobs, gens):
             g.wait(max(0.0, min(deadline, time.monotonic() + getattr(g, "timeout", timeout)) - time.monotonic()))
             event("finished", job.name)
@@ -99,6 +107,52 @@ def run_workload(
             if not row["path"] and row["sport"]:
                 row["path"] = ">".join(predict_path(row["src"], row["dst"], row["proto"], row["sport"], row["dport"]))
     return tables
+
+
+READY_TIMEOUT_S = 60.0  # every process set up (Python start-up, connections) within this, or the run fails
+GO_LEAD_S = 0.02  # the go time is this far ahead of its writing, so every waiting process sees it in time
+
+
+def _start_gated(
+    order: Sequence[tuple[JobSpec, Generator]],
+    ctx: RunContext,
+    started: list[Generator],
+    event: Callable[[str, str], None],
+    on_go: Callable[[float], None] | None,
+) -> float:
+    """Start every job's processes, wait until all are set up, write the go time; start the ungated clients at
+    go + start_after. Returns the go time on the monotonic clock."""
+    assert ctx.go_file is not None
+    for job, g in order:
+        g.start(ctx)
+        started.append(g)
+        event("started", job.name)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not all(_ready(g) for g in started):
+        if time.monotonic() > deadline:
+            waiting = [g.name for g in started if not _ready(g)]
+            raise GeneratorError(f"jobs {', '.join(waiting)} not set up within {READY_TIMEOUT_S:g} s")
+        time.sleep(0.005)
+    go_wall = time.time() + GO_LEAD_S
+    go_mono = time.monotonic() + GO_LEAD_S
+    write_atomic(ctx.go_file, f"{go_wall!r}\n")
+    event("go", f"traffic starts at {go_wall:.6f}")
+    if on_go is not None:
+        on_go(go_wall)
+    for job, g in order:
+        go = getattr(g, "go", None)
+        if go is None:
+            continue
+        delay = go_mono + job.start_after - time.monotonic()
+        if delay > 0:
+            _wait_started(started, delay)
+        go(ctx)
+    return go_mono
+
+
+def _ready(g: Generator) -> bool:
+    ready = getattr(g, "ready", None)
+    return True if ready is None else bool(ready())
 
 
 def _wait_started(started: list[Generator], delay: float) -> None:

@@ -130,3 +130,31 @@ def test_stalled_job_times_out(tmp_path: Path) -> None:
             timeout=1.5,
         )
     assert time.monotonic() - t0 < 10
+
+
+def test_gated_jobs_start_traffic_only_at_the_go_time(tmp_path: Path) -> None:
+    """With the start gate every process sets up first: no iteration, flow, probe or iperf3 byte comes before the
+    go time, and a job's start_after counts from it."""
+    events: list[tuple[str, str]] = []
+    gos: list[float] = []
+    jobs = [
+        {"kind": "allreduce", "name": "ar", "size": "64KB", "iterations": 2, "ranks": ["h0", "h1", "h2", "h3"]},
+        {"kind": "incast", "name": "inc", "senders": ["h1", "h2"], "receiver": "h0", "sizes": "20KB", "count": 3},
+        {"kind": "rtt_probe", "name": "rtt", "pairs": [["h3", "h0"]], "interval": "5ms", "duration": 0.2},
+        {"kind": "shortflows", "name": "sf", "senders": ["h1"], "receiver": "h3", "sizes": "20KB", "count": 3},
+        {"kind": "iperf", "name": "bg", "src": "h2", "dst": "h3", "duration": 1, "start_after": 0.2},
+    ]
+    with ProcessGroup() as pg:
+        ctx = RunContext(HOSTS, pg, tmp_path, go_file=tmp_path / "go")
+        t = run_workload(
+            parse_workload(jobs), ctx, {}, 60, on_event=lambda k, d: events.append((k, d)), on_go=gos.append
+        )
+    assert len(gos) == 1 and [k for k, _ in events].count("go") == 1
+    kinds = [k for k, _ in events]
+    assert kinds.index("go") > max(i for i, k in enumerate(kinds) if k == "started")  # every job set up first
+    go = gos[0]
+    assert min(r["t_start"] for r in t["iterations"]) >= go
+    assert min(r["t_start"] for r in t["fct"]) >= go
+    assert min(r["t_send"] for r in t["rtt"]) >= go
+    iperf = [r for r in t["flows"] if r["job"] == "bg"]
+    assert iperf and min(r["t_start"] for r in iperf) >= go + 0.2
