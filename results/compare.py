@@ -46,6 +46,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("retrans_total", "retrans", "n"),
     ("timeouts_total", "timeouts", "n"),
     ("jain_fairness", "Jain", "x"),
+    ("cpu_mean", "CPU mean", "%"),
+    ("cpu_saturated_share", "CPU saturated", "%"),
+    ("harness_cpu_share", "harness CPU", "%"),
 )
 _SCALE = {"Mb/s": 1e-6, "ms": 1e3, "KB": 1e-3, "%": 100.0, "x": 1.0, "n": 1.0}
 

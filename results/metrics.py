@@ -241,6 +241,24 @@ def duration(run: Run, s: Summary) -> None:
         s.put("traffic_duration_s", window[1] - window[0])
 
 
+def cpu(run: Run, s: Summary) -> None:
+    """The machine's CPU over the traffic window (the fidelity check's reading of cpu.csv) and the harness's own
+    share of it (manifest ``cpu_budget``)."""
+    checks = {c.get("name"): c for c in (run.manifest.get("fidelity") or {}).get("checks") or []}
+    sat = checks.get("cpu_saturation") or {}
+    budget = run.manifest.get("cpu_budget") or {}
+    mean = (sat.get("details") or {}).get("mean_busy", budget.get("busy_share"))
+    for name, value, why in (
+        ("cpu_mean", mean, "no cpu.csv samples in the traffic window and no cpu_budget"),
+        ("cpu_saturated_share", sat.get("value"), "no cpu_saturation check in the manifest's fidelity"),
+        ("harness_cpu_share", budget.get("harness_share"), "no cpu_budget in the manifest (recorded since 6777468)"),
+    ):
+        if value is None:
+            s.na(name, why)
+        else:
+            s.put(name, float(value))
+
+
 def _fabric_metrics() -> list[Callable[[Run, Summary], None]]:
     from results import metrics_fabric
 
@@ -250,7 +268,7 @@ def _fabric_metrics() -> list[Callable[[Run, Summary], None]]:
 def summarize(run: Run) -> dict[str, Any]:
     s = Summary()
     s.update({"schema": SUMMARY_SCHEMA, "run_id": run.run_id, "status": run.status})
-    for fn in [goodput, collectives, fct, rtt, traffic_matrix, duration, *_fabric_metrics()]:
+    for fn in [goodput, collectives, fct, rtt, traffic_matrix, duration, cpu, *_fabric_metrics()]:
         fn(run, s)
     na = s.pop("not_applicable")
     s["not_applicable"] = na  # keep it last in the JSON for readability
@@ -292,4 +310,7 @@ METRICS = (
     "timeouts_total",
     "jain_fairness",
     "traffic_matrix",
+    "cpu_mean",
+    "cpu_saturated_share",
+    "harness_cpu_share",
 )
