@@ -1,17 +1,22 @@
 """Scenario tests: run an experiment's scenario file through the harness, then check the field's result.
 
 Every point of the sweep becomes a run record under ``runs/scenarios/<session>/<scenario>/`` and the comparison
-report (table, plots, report.html) goes beside it; pytest prints where. A run that failed, or that the fidelity
-guardrails marked not faithful (CPU saturated, a busy link below its rate, ...), is run again, up to ``RETAKES``
-times (2: a shared 2-core machine, or the software-emulated guest, stalls now and then; in one CI run two
+report (table, plots, report.html) goes beside it; pytest prints where. A run that the fidelity guardrails marked
+not faithful (CPU saturated, a busy link below its rate, ...) is run again (by ``testbed.run.run_file``), up to
+``RETAKES`` times (2: a shared 2-core machine, or the software-emulated guest, stalls now and then; in one CI run two
 ps_incast points each stalled the sampler 131-276 ms twice in a row); every unfaithful record stays beside the
-retake, which names them in its manifest (``retake_of``). A point still not faithful, or failed, fails the test
-before any result is asserted: the emulator could not produce the numbers. ``TESTBED_RETAKES=0`` turns retakes off.
+retake, which names them in its manifest (``retake_of``). A run that failed (an error, not a verdict) is not run
+again. A point still not faithful, or failed, fails the test before any result is asserted: the emulator could not
+produce the numbers. ``TESTBED_RETAKES=0`` turns retakes off.
+
+Retakes are the exception, so the session ends with one line that counts them, also when it is 0 and when tests
+failed: ``testbed: 0 points retaken (of 37 points run)``, naming each retaken point when there are any.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +31,50 @@ HERE = Path(__file__).resolve().parent
 RUNS = Path(os.environ.get("TESTBED_SCENARIO_RUNS", HERE.parent / "runs" / "scenarios"))
 SESSION = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 RETAKES = int(os.environ.get("TESTBED_RETAKES", "2"))
+
+
+@dataclass
+class RetakeTally:
+    """Every point this session ran, and the ones ``run_file`` retook (``scenario/variant (n retakes)``)."""
+
+    points: int = 0
+    retaken: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        head = f"testbed: {len(self.retaken)} point{'' if len(self.retaken) == 1 else 's'} retaken"
+        head += f" (of {self.points} point{'' if self.points == 1 else 's'} run)"
+        return head + (": " + "; ".join(self.retaken) if self.retaken else "")
+
+
+TALLY = pytest.StashKey[RetakeTally]()
+
+
+def _variant_text(variant: Any) -> str:
+    parts = []
+    for key, value in variant:
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+        parts.append(f"{key.split('.')[-1]}={text}")
+    return ", ".join(parts)
+
+
+def tally_retakes(config: pytest.Config, name: str, points: Any, results: Any) -> None:
+    """Count ``run_file``'s results (one per point, in the points' order) and the points it retook."""
+    tally = config.stash.setdefault(TALLY, RetakeTally())
+    tally.points += len(results)
+    for point, r in zip(points, results):
+        if r.retaken:
+            n = len(r.retaken)
+            variant, rep = _variant_text(point.variant), point.repeat_index
+            label = name + (f"/{variant}" if variant else "") + (f" #{rep}" if rep else "")
+            still = "" if r.faithful else (", still NOT FAITHFUL" if r.faithful is False else f", then {r.status}")
+            tally.retaken.append(f"{label} ({n} retake{'' if n == 1 else 's'}{still})")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> Iterator[None]:
+    """After pytest's short test summary, just before its final counts line."""
+    yield
+    terminalreporter.write_line(config.stash.get(TALLY, RetakeTally()).line())
 
 
 @dataclass
@@ -110,7 +159,10 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
         for key, value in overrides.items():
             _set(scenario, key, value)
         out = RUNS / SESSION / request.node.name
-        results = run_file(expand(scenario), out, lock_wait=1800, retake_unfaithful=RETAKES)
+        sf = expand(scenario)
+        results = run_file(sf, out, lock_wait=1800, retake_unfaithful=RETAKES)
+        label = name + (f"[{_variant_text(overrides.items())}]" if overrides else "")
+        tally_retakes(request.config, label, sf.points, results)  # first: the report or a failed point may raise
         report = out / "report"
         report_main([*(str(r.path) for r in results), "-o", str(report)])
         points = []

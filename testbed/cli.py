@@ -7,9 +7,13 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
 from testbed.spec import SpecError
+
+if TYPE_CHECKING:
+    from testbed.run import RunOptions
 
 DEFAULT_SCENARIO = str(Path(__file__).resolve().parents[1] / "scenarios" / "default.yaml")
 
@@ -60,20 +64,25 @@ def _mn_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    from testbed.run import RunOptions, run_main
+def run_options(args: argparse.Namespace) -> RunOptions:
+    """The RunOptions of a parsed `run` / `demo` command line (pure: builds nothing)."""
+    from testbed.run import RunOptions
 
-    return run_main(
-        RunOptions(
-            scenario=Path(args.scenario),
-            out=Path(args.out),
-            report=not args.no_report,
-            kernel=args.kernel,
-            allow_unfaithful=args.allow_unfaithful,
-            retake_unfaithful=args.retake_unfaithful,
-            lock_wait=args.wait,
-        )
+    return RunOptions(
+        scenario=Path(args.scenario),
+        out=Path(args.out),
+        report=not args.no_report,
+        kernel=args.kernel,
+        allow_unfaithful=args.allow_unfaithful,
+        retake_unfaithful=args.retake_unfaithful,
+        lock_wait=args.wait,
     )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from testbed.run import run_main
+
+    return run_main(run_options(args))
 
 
 def _report(args: argparse.Namespace) -> int:
