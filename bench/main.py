@@ -4,7 +4,8 @@
 
 Figures: (a) emulation capacity vs stock Mininet (bench.capacity), (b) build + teardown time vs stock Mininet
 (bench.buildtime), (c) queue sampling vs ``tc -s qdisc`` polling (testbed.telemetry.bench), (d) ring all-reduce
-measured/ideal (bench.collective). The whole run holds /run/testbed-bench.lock (do not wrap it in flock(1): that
+measured/ideal (bench.collective), (e) headroom: every native shipped scenario once, its CPU against the targets
+(bench.headroom; ``--records DIR`` reads existing records instead of running). The whole run holds /run/testbed-bench.lock (do not wrap it in flock(1): that
 would be a second holder and the bench would wait for itself). See docs/bench.md.
 """
 
@@ -147,17 +148,29 @@ def fig_collective(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[st
     return [(line, {str(k): v for k, v in res.items()})]
 
 
+def fig_headroom(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every native shipped scenario once (no retakes): one line each (bench.headroom)."""
+    import tempfile
+
+    from bench.headroom import lines, measure
+
+    with tempfile.TemporaryDirectory(prefix="tb-headroom-") as tmp:
+        return lines(measure(Path(tmp)))
+
+
 FIGURES: dict[str, Callable[[bool, dict[str, Any]], list[tuple[str, dict[str, Any]]]]] = {
     "a": fig_capacity,
     "b": fig_build,
     "c": fig_sampling,
     "d": fig_collective,
+    "e": fig_headroom,
 }
 
 
 def bench_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m testbed bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="a,b,c,d", help="comma-separated figures (a,b,c,d)")
+    ap.add_argument("--only", default="a,b,c,d,e", help="comma-separated figures (a,b,c,d,e)")
+    ap.add_argument("--records", type=Path, help="figure (e) from the run records under this directory; no run")
     ap.add_argument("--quick", action="store_true", help="fewer rates and topologies (a smoke test, not figures)")
     ap.add_argument("--json", type=Path, help="also write every figure's numbers to this JSON file")
     ap.add_argument("--lock-wait", type=float, default=600.0, help="seconds to wait for the bench lock")
@@ -166,6 +179,13 @@ def bench_main(argv: list[str]) -> int:
     unknown = [f for f in wanted if f not in FIGURES]
     if unknown:
         ap.error(f"unknown figure {unknown[0]!r} (choose from {', '.join(FIGURES)})")
+    if args.records is not None:  # figure (e) from records: reads files only
+        from bench.headroom import lines
+        from results.record import find_runs
+
+        for line, _ in lines([r.manifest for r in find_runs([args.records])]):
+            print(f"{tag(machine())} {line}", flush=True)
+        return 0
     if os.geteuid() != 0:
         print("error: the benchmark builds namespaces and needs root", file=sys.stderr)
         return 2

@@ -18,7 +18,6 @@ The process prints ``READY`` on stdout (and creates DIR/sampler.ready) once ever
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -196,16 +195,24 @@ def poll_once(
 
 
 class _Csv:
+    """One table the sampler writes. Rows are formatted with one %-format string (t to the microsecond, then
+    each value as str): csv.writer took 11 us a row here against 1.4 us, and a busy run writes ~20,000 rows/s.
+    No value needs quoting (node and device names, numbers, or empty)."""
+
     def __init__(self, path: Path, header: tuple[str, ...]):
         if path.exists() and path.stat().st_size > 0:
             raise SamplerError(f"{path} exists already: a run record is never overwritten")
+        if header[0] != "t":
+            raise SamplerError(f"{path.name}: the first column must be t, got {header[0]!r}")
         self.fh: IO[str] = open(path, "w", newline="", buffering=1 << 20)  # noqa: SIM115 (closed in close())
-        self.w = csv.writer(self.fh)
-        self.w.writerow(header)
+        self.fh.write(",".join(header) + "\n")
+        self.fmt = "%.6f" + ",%s" * (len(header) - 1) + "\n"
         self.rows = 0
 
     def row(self, r: tuple[Any, ...]) -> None:
-        self.w.writerow(r)
+        if None in r:  # an unknown value is an empty cell, as csv.writer wrote it
+            r = tuple("" if x is None else x for x in r)
+        self.fh.write(self.fmt % r)
         self.rows += 1
 
     def close(self) -> None:
