@@ -137,7 +137,8 @@ def test_dctcp_holds_the_queue_near_k(experiment):
         data["sweep"]["fabric.transport.cc"] = ["cubic", "cubic"]
     exp = experiment("dctcp", data=data)
     dctcp, cubic = exp.points
-    payload = 100e6 * (1500 - 52) / (1500 + 14)
+    link = dctcp.manifest["scenario"]["fabric"]["host_link"]
+    payload = link["rate_bps"] * (link["mtu"] - 52) / (link["mtu"] + 14)
     q = {}
     for label, p in (("dctcp", dctcp), ("cubic+ECN", cubic)):
         q[label] = backlog_percentiles(p.path, PORT, [10, 25, 50, 75, 90])
