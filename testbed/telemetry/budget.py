@@ -39,8 +39,8 @@ def role_of(name: str, argv: list[str]) -> str:
         args = args[4:]
     exe = PurePath(args[0]).name if args else ""
     module = args[args.index("-m") + 1] if "-m" in args[:-1] else ""
-    if exe == "iperf3":
-        return "iperf3"
+    if exe == "iperf3" or (exe == "sh" and any("iperf3" in a for a in args[1:3])):
+        return "iperf3"  # the client runs under a shell loop (traffic/iperf.py), which reaps it
     if module == "traffic.worker":
         return "workers"
     if module == "traffic.flowtools":

@@ -18,7 +18,8 @@ NS = ["/usr/sbin/ip", "netns", "exec", "tb1234-l1h1"]
     [
         ("telemetry-sampler", ["/usr/bin/python3", "-m", "testbed.telemetry.sampler"], "sampler"),
         ("ar:rank0", [*NS, "/usr/bin/python3", "-m", "traffic.worker", "c.json", "0"], "workers"),
-        ("bg:client", [*NS, "sh", "-c", "loop", "sh"], "other"),
+        ("bg:client", [*NS, "sh", "-c", 'n=$1; iperf3 "$@" -t 5', "sh"], "iperf3"),
+        ("x:tool", [*NS, "sh", "-c", "loop", "sh"], "other"),
         ("bg:server", [*NS, "/usr/bin/iperf3", "-s", "-p", "5201"], "iperf3"),
         ("inc:sink", [*NS, "/usr/bin/python3", "-m", "traffic.flowtools", "c.json", "sink"], "probes"),
         ("t:send", [*NS, "/usr/bin/python3", "-m", "traffic.scapy_train", "c.json", "send"], "scapy"),
