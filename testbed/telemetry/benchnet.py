@@ -61,6 +61,10 @@ def _delete(names: list[str]) -> None:
 def _add_ns(ns: str, made: list[str]) -> None:
     run_checked(["ip", "netns", "add", ns])
     made.append(ns)
+    # IPv6 off, as in the fabric: its link-local chatter (MLD reports, router solicitations) goes through the shaped
+    # queue for seconds after link-up and moves the counters a test compares with tc's
+    sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+    run_checked(["ip", "netns", "exec", ns, "sysctl", "-qw", *sysctls])
     run_checked(["ip", "-n", ns, "link", "set", "lo", "up"])
 
 

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.waiting import wait_listening
+
 PREFIX = "tbd3"
 HOSTS = {"s1": "10.103.1.1", "s2": "10.103.2.1", "d": "10.103.3.1"}
 BOTTLENECK = ("r", "r-d")
@@ -136,9 +138,8 @@ def iperf_pair(seconds: float, omit: float = 1.0, extra: list[str] | None = None
         for p in (5201, 5202)
     ]
     try:
-        deadline = time.time() + 5
-        while time.time() < deadline and "5202" not in nsx("d", "ss", "-ltn").stdout:
-            time.sleep(0.05)
+        for p in (5201, 5202):
+            wait_listening(ns("d"), p)
         clients = [
             subprocess.Popen(
                 [

@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from testbed.ownership import BusyError, RunLock, list_netns
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
 
@@ -69,9 +69,12 @@ def test_sigkilled_run_is_cleaned_by_prefix_and_state():
     )
     assert cp.returncode == 0, cp.stderr
     assert not [ns for ns in list_netns() if ns.startswith(prefix + "-")], cp.stdout
-    time.sleep(0.2)
-    leftover = [pid for pid in _procs_in_other_netns() if _cmdline(pid) == b"sleep\x00300\x00"]
-    assert not leftover, f"the killed run's process survived clean: {leftover}"
+
+    def leftover() -> list[int]:
+        return [pid for pid in _procs_in_other_netns() if _cmdline(pid) == b"sleep\x00300\x00"]
+
+    # clean signals the killed run's processes; they take a moment to exit and be reaped
+    wait_until(lambda: not leftover(), 10, "the killed run's processes to exit", 0.05, lambda: f"left: {leftover()}")
     assert Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text() == allowed
     assert not Path(f"/run/testbed/{prefix}.json").exists()
 

@@ -22,6 +22,7 @@ from testbed.ecn.cc import ALLOWED, struct_ops_ids
 from testbed.ecn.sysrun import BPFFS, sysctl_read
 from testbed.spec import LinkSpec
 from tests.root import ecn_net as en
+from tests.waiting import wait_listening, wait_until
 
 pytestmark = [
     pytest.mark.root,
@@ -65,15 +66,18 @@ def clean_after(run_lock):
     progs_before = bpf_prog_ids("ecn_mark", "tbd_dctcp")
     ops_before = set(struct_ops_ids())
     yield
-    deadline = time.monotonic() + 10
-    while True:
-        left = bpf_prog_ids("ecn_mark", "tbd_dctcp") - progs_before
-        ops = set(struct_ops_ids()) - ops_before
-        if (not left and not ops) or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert not left, f"BPF programs left: {left}"
-    assert not ops, f"struct_ops left: {ops}"
+
+    def left() -> tuple[set[int], set[int]]:
+        return bpf_prog_ids("ecn_mark", "tbd_dctcp") - progs_before, set(struct_ops_ids()) - ops_before
+
+    # the kernel frees detached programs and struct_ops maps asynchronously (RCU)
+    wait_until(
+        lambda: left() == (set(), set()),
+        10,
+        "the test's BPF programs and struct_ops to be freed",
+        0.1,
+        lambda: "programs left {}, struct_ops left {}".format(*left()),
+    )
     assert not (BPFFS / en.PREFIX).exists(), "pins left"
     assert sysctl_read(ALLOWED) == allowed
 
@@ -227,7 +231,7 @@ def test_ramp_probability_under_overload(net, pmax):
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(0.3)
+        wait_listening(en.ns("d"), 5201)
         sampler = en.QueueSampler()
         client = subprocess.Popen(
             [
@@ -250,10 +254,18 @@ def test_ramp_probability_under_overload(net, pmax):
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.0)  # queue fills within ~50 ms; start counting in steady overload
+        low, high = spec.marking.thresholds_bytes(spec.mtu)
+        # steady overload: the queue stands at the top of the ramp (bfifo limit = Kmax), two frames' slack
+        wait_until(
+            lambda: int(en.leaf_stats().get("backlog", 0)) >= high - 2 * 1514,
+            10,
+            f"the UDP overload to fill the queue to {high - 2 * 1514} bytes",
+            0.02,
+            lambda: f"backlog {en.leaf_stats().get('backlog', 0)} B",
+        )
         m0 = markers.read_marks()[(en.ns("r"), "r-d")]
         sampler.start()
-        time.sleep(2.5)
+        time.sleep(2.5)  # the measured duration: marks and backlog are counted over these 2.5 s of overload
         backlog = sampler.stop()
         m1 = markers.read_marks()[(en.ns("r"), "r-d")]
         client.communicate(timeout=20)
@@ -261,7 +273,6 @@ def test_ramp_probability_under_overload(net, pmax):
         srv.kill()
         srv.wait()
     marks, ect = m1["marks"] - m0["marks"], m1["ect_seen"] - m0["ect_seen"]
-    low, high = spec.marking.thresholds_bytes(spec.mtu)
     mean_q = statistics.mean(backlog)
     expected = pmax * (mean_q - low) / (high - low)
     p = marks / ect

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import pytest
 
 from testbed.fabric import Fabric
+from tests.waiting import wait_listening, wait_until
 
 pytestmark = pytest.mark.root
 
@@ -21,7 +21,7 @@ def _fabric(rate: str = "100Mbit", mtu: int = 1500, **extra: object) -> dict:
 
 def _iperf(fab: Fabric, src: str, dst: str, seconds: float = 4, extra: list[str] | None = None) -> dict:
     srv = fab.procs.spawn(f"iperf3-s-{dst}", ["iperf3", "-s", "-1"], netns=fab.hosts[dst].netns)
-    time.sleep(0.3)
+    wait_listening(fab.hosts[dst].netns, 5201)
     cmd = [
         "ip",
         "netns",
@@ -97,7 +97,8 @@ def test_bfifo_holds_at_most_its_buffer_and_drops_beyond(fabric_factory, bench_l
     srv = [
         fab.procs.spawn(f"srv{p}", ["iperf3", "-s", "-p", str(p)], netns=fab.hosts["l1h1"].netns) for p in (5201, 5202)
     ]
-    time.sleep(0.3)
+    for p in (5201, 5202):
+        wait_listening(fab.hosts["l1h1"].netns, p)
     clients = [
         fab.procs.spawn(
             f"cli{p}",
@@ -111,12 +112,15 @@ def test_bfifo_holds_at_most_its_buffer_and_drops_beyond(fabric_factory, bench_l
 
     (poller,) = open_pollers([PortRef(fab.netns("l1"), "l1-l1h1")])  # raw netlink: ~1 kHz, `tc -s` misses peaks
     peak = 0
+
+    def clients_done() -> bool:  # one sample of the backlog per call (pacing ~0.5 ms), until both clients exit
+        nonlocal peak
+        _, vals = poller.poll_queues()
+        peak = max(peak, int(vals[0][1][0]))
+        return all(c.poll() is not None for c in clients)
+
     try:
-        t_end = time.time() + 3.5
-        while time.time() < t_end:
-            _, vals = poller.poll_queues()
-            peak = max(peak, int(vals[0][1][0]))
-            time.sleep(0.0005)
+        wait_until(clients_done, 20, "both 3-s iperf3 clients to finish", interval=0.0005)
     finally:
         poller.sock.close()
     for c in clients:
@@ -147,7 +151,7 @@ def _spine_tx(fab: Fabric) -> dict[str, int]:
 def _flow_spines(fab: Fabric, sports: list[int]) -> tuple[dict[int, str], dict[int, str]]:
     """(measured, predicted) spine of each TCP flow l1h1:sport -> l4h1:5201, one flow at a time."""
     srv = fab.procs.spawn("srv", ["iperf3", "-s"], netns=fab.hosts["l4h1"].netns)
-    time.sleep(0.3)
+    wait_listening(fab.hosts["l4h1"].netns, 5201)
     measured, predicted = {}, {}
     for sport in sports:
         path = fab.predict_path("l1h1", "l4h1", "tcp", sport, 5201)

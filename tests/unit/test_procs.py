@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from testbed.procs import CommandError, ProcessGroup, run_checked
+from tests.waiting import wait_until
 
 
 def _gone(pgid: int) -> bool:
@@ -41,9 +42,7 @@ def test_child_ignoring_int_and_term_is_killed(tmp_path: Path) -> None:
     )
     pg = ProcessGroup()
     p = pg.spawn("stubborn", [sys.executable, "-c", code], stdout=tmp_path / "o")
-    deadline = time.monotonic() + 5
-    while "ready" not in (tmp_path / "o").read_text() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: "ready" in (tmp_path / "o").read_text(), 10, "the child to ignore SIGINT/SIGTERM (ready)")
     t0 = time.monotonic()
     pg.stop_all(grace=0.3)
     assert time.monotonic() - t0 < 3
@@ -52,9 +51,12 @@ def test_child_ignoring_int_and_term_is_killed(tmp_path: Path) -> None:
 
 
 def test_sigint_is_enough_for_well_behaved(tmp_path: Path) -> None:
+    # READY is printed inside the try: a SIGINT from then on is a KeyboardInterrupt the child catches (exit 0).
+    # Sent earlier, it would kill a child still starting up (-2) or one not yet in the try (exit 1).
+    code = "import time\ntry:\n print('READY', flush=True)\n time.sleep(30)\nexcept KeyboardInterrupt:\n pass"
     pg = ProcessGroup()
-    p = pg.spawn("py", [sys.executable, "-c", "import time\ntry:\n time.sleep(30)\nexcept KeyboardInterrupt:\n pass"])
-    time.sleep(0.3)
+    p = pg.spawn("py", [sys.executable, "-c", code], stdout=tmp_path / "o")
+    wait_until(lambda: "READY" in (tmp_path / "o").read_text(), 10, "the child to enter its try block (READY)")
     pg.stop_all(grace=2)
     assert p.returncode == 0
 
@@ -91,10 +93,14 @@ def test_run_checked() -> None:
 def test_stop_all_stops_every_process(tmp_path: Path) -> None:
     log = tmp_path / "order"
     pg = ProcessGroup()
-    for i in range(3):
-        code = f"import signal,time,sys\ndef h(*a):\n open({str(log)!r},'a').write('{i}\\n'); sys.exit(0)\nsignal.signal(signal.SIGINT,h)\ntime.sleep(30)"
-        pg.spawn(f"p{i}", [sys.executable, "-c", code])
-    time.sleep(0.5)
+    outs = [tmp_path / f"p{i}.out" for i in range(3)]
+    for i, out in enumerate(outs):
+        code = (
+            f"import signal,time,sys\ndef h(*a):\n open({str(log)!r},'a').write('{i}\\n'); sys.exit(0)\n"
+            "signal.signal(signal.SIGINT,h)\nprint('READY', flush=True)\ntime.sleep(30)"
+        )
+        pg.spawn(f"p{i}", [sys.executable, "-c", code], stdout=out)
+    wait_until(lambda: all("READY" in o.read_text() for o in outs), 10, "3 children to install their SIGINT handler")
     pg.stop_all()
     assert all(p.returncode == 0 for p in pg.procs)
     assert sorted(log.read_text().split()) == ["0", "1", "2"]

@@ -13,6 +13,7 @@ import pytest
 from testbed import ownership
 from testbed.telemetry import control, staging
 from testbed.telemetry.sampler import SamplerError
+from tests.waiting import wait_until
 
 # the guest's mounts, as `testbed vm` showed them (/proc/self/mountinfo of the 6.1 guest, shortened)
 GUEST = """\
@@ -102,8 +103,12 @@ def test_stop_moves_the_staged_files_and_records_the_staging(tmp_path):
     stage.mkdir()
     proc = subprocess.Popen([sys.executable, "-c", FAKE_SAMPLER, str(stage)])
     handle = control.SamplerHandle(proc, out, out / "sampler.log", staging.Stage(stage, out, "run directory on 9p"))
-    while not (stage / "sampler.ready").exists():
-        assert proc.poll() is None
+
+    def ready() -> bool:
+        assert proc.poll() is None, "the fake sampler exited before it was ready"
+        return (stage / "sampler.ready").exists()
+
+    wait_until(ready, 10, "the fake sampler to install its SIGINT handler (sampler.ready)")
     health = handle.stop(timeout=10)
     assert health["staging"] == {"dir": str(stage), "reason": "run directory on 9p"}
     assert json.loads((out / "sampler_health.json").read_text())["staging"]["reason"] == "run directory on 9p"
