@@ -180,10 +180,10 @@ def bench_main(argv: list[str]) -> int:
     if unknown:
         ap.error(f"unknown figure {unknown[0]!r} (choose from {', '.join(FIGURES)})")
     if args.records is not None:  # figure (e) from records: reads files only
-        from bench.headroom import lines
+        from bench.headroom import lines as headroom_lines
         from results.record import find_runs
 
-        for line, _ in lines([r.manifest for r in find_runs([args.records])]):
+        for line, _ in headroom_lines([r.manifest for r in find_runs([args.records])]):
             print(f"{tag(machine())} {line}", flush=True)
         return 0
     if os.geteuid() != 0:
