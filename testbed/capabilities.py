@@ -2,7 +2,8 @@
 
 ``probe()`` returns a plain dict (stored in every run manifest); ``doctor_rows()`` turns it into the table
 ``python3 -m testbed doctor`` prints: each capability, whether it is there, what its absence disables, and how
-to get it on Debian/Ubuntu.
+to get it on Debian/Ubuntu. ``calibration`` is this machine's CPU cost calibration (``testbed calibrate``: its
+values and date, ``stale`` when measured on another kernel or CPU, or ``not calibrated``).
 """
 
 from __future__ import annotations
@@ -194,7 +195,17 @@ def probe() -> dict[str, Any]:
     )
     for tool in ("clang", "bpftool", "iperf3", "tcpdump", "tc", "ip", "nft", "ethtool"):
         results[f"tool.{tool}"] = shutil.which(tool) is not None
+    results["calibration"] = _calibration()
     return results
+
+
+def _calibration() -> dict[str, Any]:
+    """This machine's CPU cost calibration (``testbed calibrate``): its values and date, or why there is none."""
+    try:
+        from testbed import calibrate
+    except ImportError as exc:
+        return {"status": "unknown", "error": f"testbed.calibrate failed to import: {exc}"}
+    return calibrate.status()
 
 
 def _probe_ecn(results: dict[str, Any], netns: str) -> None:
@@ -221,6 +232,10 @@ def doctor_rows(caps: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows.append(("DCTCP implementation", str(ecn.get("dctcp")), ecn.get("dctcp_reason") or "", ""))
     if ecn.get("error"):
         rows.append(("testbed.ecn", "MISSING", ecn["error"], "see the error"))
+    if "calibration" in caps:
+        from testbed.calibrate import describe_status
+
+        rows.append(("CPU cost calibration", *describe_status(caps["calibration"] or {})))
     return rows
 
 

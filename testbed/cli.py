@@ -1,4 +1,4 @@
-"""Command line: doctor, clean, cli, run, demo, report, bench, vm."""
+"""Command line: doctor, clean, cli, run, demo, report, bench, vm, calibrate."""
 
 from __future__ import annotations
 
@@ -103,6 +103,12 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_main(args.rest)
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from testbed.calibrate import main as calibrate_main
+
+    return calibrate_main(args.rest)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python3 -m testbed", description="AI-cluster fabric emulation testbed")
     sub = p.add_subparsers(dest="command", required=True)
@@ -148,6 +154,7 @@ def parser() -> argparse.ArgumentParser:
         ("report", _report, "compare run records: table, plots, HTML"),
         ("vm", _vm, "run a command inside a pinned stock kernel (QEMU)"),
         ("bench", _bench, "benchmarks: emulation capacity, build time, sampler, collective fidelity"),
+        ("calibrate", _calibrate, "measure this machine's CPU cost per packet (cached; the preflight uses it)"),
     ):
         s = sub.add_parser(name, help=helptext, add_help=False)
         s.add_argument("rest", nargs=argparse.REMAINDER)
@@ -155,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-PASSTHROUGH = {"report": _report, "vm": _vm, "bench": _bench}
+PASSTHROUGH = {"report": _report, "vm": _vm, "bench": _bench, "calibrate": _calibrate}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -395,8 +395,12 @@ def format_verdict(v: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def preflight(fabric_spec: Any, workload: Any, caps: Mapping[str, Any] | None = None) -> list[str]:
-    """The pre-flight load estimate (``testbed.preflight.preflight``), here so callers need one module."""
-    from testbed.preflight import preflight as _preflight
+def preflight(
+    fabric_spec: Any, workload: Any, caps: Mapping[str, Any] | None = None, telemetry: Any = None
+) -> dict[str, Any]:
+    """The pre-flight load estimate as the manifest records it (``testbed.preflight.manifest_entry``): ``warnings``
+    (``testbed.preflight.preflight``), ``estimate`` (with the queue sampler when ``telemetry`` is given), ``budget``,
+    ``fits`` / ``enforced``, and the cost ``model`` (this machine's calibration, or the built-in constants)."""
+    from testbed.preflight import manifest_entry
 
-    return _preflight(fabric_spec, workload, dict(caps or {}))
+    return manifest_entry(fabric_spec, workload, dict(caps or {}), telemetry)

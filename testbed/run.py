@@ -131,7 +131,9 @@ def run_point(
     try:
         from testbed import fidelity
 
-        record.set("preflight", fidelity.preflight(scenario.fabric, scenario.workload, caps))
+        record.set(
+            "preflight", fidelity.preflight(scenario.fabric, scenario.workload, caps, telemetry=scenario.telemetry)
+        )
         from traffic.workload import make_generator
 
         for i, job in enumerate(scenario.workload):  # refuse before building
@@ -233,11 +235,12 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaith
     from results.progress import Progress
 
     caps = probe()
-    from testbed import guestfit
+    from testbed import guestfit, preflight
 
     for point in sf.points:  # refuse what cannot run here before the first point starts
         check_spec(point.fabric, caps)
         guestfit.check_fabric(point.fabric)
+        preflight.require_budget(point, caps)
     progress = Progress(len(sf.points))
     progress.plan([p.duration_s + 5 for p in sf.points])
     results = []
