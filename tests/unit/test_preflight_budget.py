@@ -17,7 +17,8 @@ from testbed import calibrate, preflight
 from testbed.calibrate import Calibration, ForwardingSample, Machine, SamplerSample
 from testbed.errors import TestbedError
 from testbed.fabricspec import FabricSpec
-from testbed.preflight import FALLBACK, BudgetError, CostModel
+from testbed.preflight import FALLBACK, BudgetError, CostModel, budget
+from testbed.preflight.flows import flow_paths
 from testbed.scenario import TelemetrySpec, expand
 from traffic.specs import parse_workload
 
@@ -179,9 +180,11 @@ def test_sampler_term_grows_with_namespaces_and_rate() -> None:
 
 
 def test_sampler_rows_saturate_at_one_per_port_per_tick() -> None:
+    from testbed.topology import Topology
+
     s = spec("1Gbit")
-    paths = preflight._paths(s, preflight.Topology(s), ring(s))
-    ports = len(preflight.Topology(s).ports())
+    paths = flow_paths(s, Topology(s), ring(s))
+    ports = len(Topology(s).ports())
     rows = preflight.sampler_rows_per_s(paths, s.host_link.rate_bps, 1500, ports, 100, 10)
     assert rows == pytest.approx(ports * 100 + ports * 10)
     idle = preflight.sampler_rows_per_s([], 1e8, 9000, ports, 1000, 100)
@@ -258,7 +261,7 @@ def test_max_rate_solves_the_linear_model() -> None:
     sampler = 1000 * (5e-5 + 14 * 2e-5) / 2
     exact = (0.60 - sampler) / per_bps
     assert v.max_rate_bps is not None and 0.95 * exact <= v.max_rate_bps <= exact
-    assert v.max_rate_bps == preflight._round_down(v.max_rate_bps)  # two significant digits
+    assert v.max_rate_bps == budget._round_down(v.max_rate_bps)  # two significant digits
     at_max = preflight.estimate(point.fabric, point.workload, {"cpus": 2}, LINEAR, point.telemetry, v.max_rate_bps)
     assert at_max.total <= 0.60
 
@@ -297,7 +300,7 @@ def test_an_uncalibrated_estimate_says_so_and_can_be_made_a_warning(
     (hot,) = scenario("1Gbit", 1500).points
     with pytest.raises(BudgetError, match=r"\(uncalibrated estimate: run `python3 -m testbed calibrate`;"):
         preflight.require_budget(hot, {"cpus": 2}, FALLBACK, env={})
-    monkeypatch.setattr(preflight, "ENFORCE_UNCALIBRATED", False)
+    monkeypatch.setattr(budget, "ENFORCE_UNCALIBRATED", False)
     v = preflight.require_budget(hot, {"cpus": 2}, FALLBACK, env={})
     assert not v.fits and not v.enforced
     (record,) = [r for r in caplog.records if r.name == "testbed.preflight"]
@@ -382,7 +385,7 @@ def test_no_shipped_native_scenario_is_refused(model: CostModel) -> None:
 
 
 def test_round_down_keeps_two_significant_digits() -> None:
-    assert preflight._round_down(123_456_789) == 120_000_000
-    assert preflight._round_down(9.99e6) == 9.9e6
-    assert preflight._round_down(0) == 0.0
-    assert math.isclose(preflight._round_down(1e6), 1e6)
+    assert budget._round_down(123_456_789) == 120_000_000
+    assert budget._round_down(9.99e6) == 9.9e6
+    assert budget._round_down(0) == 0.0
+    assert math.isclose(budget._round_down(1e6), 1e6)

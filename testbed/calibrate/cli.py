@@ -1,0 +1,149 @@
+"""``testbed calibrate``: measure this machine's CPU cost of forwarding and of the queue sampler, once, and cache it.
+
+python3 -m testbed calibrate                             # measure (about 35 s; builds a fabric), cache, print
+python3 -m testbed calibrate --show                      # print the cached calibration
+python3 -m testbed calibrate --predict scenarios/*.yaml  # every point's predicted load against the budget
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from testbed.calibrate.cache import CACHE, load, save
+from testbed.calibrate.record import Calibration, Machine
+from testbed.calibrate.trials import measure
+
+
+def format_calibration(cal: Calibration) -> str:
+    m = cal.machine
+    lines = [
+        f"calibration of {m.kernel}, {m.cpus} x {m.cpu_model} ({cal.date}, rev {cal.revision}, {cal.duration_s:g} s)",
+        f"  forwarding: {cal.per_crossing_s * 1e6:.2f} us per packet per veth + {cal.per_byte_s * 1e9:.3f} ns per byte",
+        f"  queue sampler: {cal.sampler_per_tick_s * 1e6:.1f} us per tick + {cal.sampler_per_netns_s * 1e6:.1f} us per "
+        f"namespace per tick + {cal.sampler_per_row_s * 1e6:.1f} us per row",
+    ]
+    model = cal.model
+    for s in cal.forwarding:
+        frame = s.bytes / s.crossings if s.crossings else 0.0
+        pred = s.crossings * model.per_crossing_s + s.bytes * model.per_byte_s
+        lines.append(
+            f"  MTU {s.mtu} {s.rate_bps / 1e6:g} Mbit/s: {s.forwarding_core_s / s.wall_s:.2f} core forwarding measured, "
+            f"{pred / s.wall_s:.2f} fitted ({s.crossings / s.wall_s / 1e3:.0f}k crossings/s, {frame:.0f} B average)"
+        )
+    for x in cal.sampler:
+        pred = x.ticks * (model.sampler_per_tick_s + x.namespaces * model.sampler_per_netns_s) + x.rows * (
+            model.sampler_per_row_s
+        )
+        lines.append(
+            f"  sampler {x.namespaces} namespaces{' under traffic' if x.traffic else ', idle'}: "
+            f"{x.cpu_s / x.duration_s:.2f} core measured, {pred / x.duration_s:.2f} fitted "
+            f"({x.rows / x.duration_s:.0f} rows/s)"
+        )
+    lines += [f"  note: {n}" for n in cal.notes]
+    return "\n".join(lines)
+
+
+def predict_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """Every point of every scenario file: its predicted load against the budget (with this machine's model)."""
+    from testbed.preflight import check_budget, current_model, variant_text
+    from testbed.scenario import load_scenario_file
+
+    caps = {"cpus": os.cpu_count() or 1}
+    model = current_model()
+    out = []
+    for path in paths:
+        sf = load_scenario_file(path)
+        for point in sf.points:
+            v = check_budget(point, caps, model)
+            e = v.estimate
+            out.append(
+                {
+                    "file": Path(path).name,
+                    "point": variant_text(point) or "-",
+                    "kernel": point.kernel,
+                    "mtu": point.fabric.mtu,
+                    "rate_mbit": point.fabric.host_link.rate_bps / 1e6,
+                    "flows": e.flows,
+                    "forwarding": e.load,
+                    "sampler": e.sampler_load,
+                    "total": e.total,
+                    "peak": e.peak,
+                    "budget": v.budget,
+                    "fits": v.fits,
+                    "max_rate_mbit": None if v.max_rate_bps is None else v.max_rate_bps / 1e6,
+                    "calibrated": model.calibrated,
+                }
+            )
+    return out
+
+
+def format_predictions(rows: list[dict[str, Any]]) -> str:
+    head = ("scenario", "point", "MTU", "Mbit/s", "flows", "fwd", "sampler", "total", "peak", "verdict")
+    table = [head]
+    for r in rows:
+        verdict = (
+            "fits" if r["fits"] else f"REFUSED (max {r['max_rate_mbit']:g} Mbit/s)" if r["max_rate_mbit"] else "REFUSED"
+        )
+        if r["kernel"] == "stock":
+            verdict += " (guest kernel: not this calibration)"
+        table.append(
+            (
+                r["file"],
+                r["point"][:60],
+                str(r["mtu"]),
+                f"{r['rate_mbit']:g}",
+                str(r["flows"]),
+                f"{r['forwarding']:.0%}",
+                f"{r['sampler']:.0%}",
+                f"{r['total']:.0%}",
+                f"{r['peak']:.0%}",
+                verdict,
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m testbed calibrate", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--predict", nargs="+", metavar="SCENARIO", help="print every point's predicted CPU load; no measuring"
+    )
+    ap.add_argument("--show", action="store_true", help="print the cached calibration; no measuring")
+    ap.add_argument("--json", action="store_true", help="with --predict or --show: JSON")
+    ap.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for another run's lock")
+    ap.add_argument("--cache", type=Path, default=CACHE, help=f"where the calibration is kept (default {CACHE})")
+    args = ap.parse_args(argv)
+    if args.predict:
+        from testbed.preflight import cpu_budget, current_model
+
+        rows = predict_rows(args.predict)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        print(f"budget {cpu_budget():.0%} of the machine; model: {current_model().source}")
+        print(format_predictions(rows))
+        return 0
+    if args.show:
+        cal = load(args.cache)
+        if cal is None:
+            print(f"not calibrated ({args.cache} missing or unreadable): run `python3 -m testbed calibrate`")
+            return 1
+        print(json.dumps(cal.to_dict(), indent=1) if args.json else format_calibration(cal))
+        if not cal.matches(Machine.here()):
+            print(f"STALE: this machine is {Machine.here()}; the preflight does not use it", file=sys.stderr)
+        return 0
+    if os.geteuid() != 0:
+        print("error: calibrating builds a fabric: run as root", file=sys.stderr)
+        return 2
+    cal = measure(lock_wait=args.wait)
+    save(cal, args.cache)
+    print(format_calibration(cal))
+    print(f"saved {args.cache}")
+    return 0

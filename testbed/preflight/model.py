@@ -1,0 +1,120 @@
+"""The CPU cost model: its coefficients (``CostModel``; ``FALLBACK`` without a calibration) and what flows and the
+queue sampler cost per second under them.
+
+Forwarding: a TCP flow sends rate / (8 x (MTU + 14)) data packets per second plus one ACK per two, and every
+packet costs the CPU once per veth it crosses, with a fixed part and a per-byte part. The senders' and receivers'
+own TCP work is inside those two coefficients, because they are fitted to whole flows (a ring of 3 veths per
+packet on average: flows under one leaf cost a little more than the model says, flows across a spine a little
+less).
+
+Queue sampler (the harness's own largest cost, not forwarding): per tick of ``telemetry.queue_hz`` a fixed part
+plus one netlink dump per namespace, plus a cost per row written. A queue gets a row in a tick when its counters
+moved (a packet left it since the last tick: probability 1 - exp(-pps / hz)), else every keyframe (0.1 s);
+links.csv likewise at ``link_hz``, per interface. The traffic processes' own user time (Python workers, iperf3's)
+is not modelled.
+
+The coefficients come from ``testbed calibrate`` (``testbed.calibrate``), cached per machine: ``current_model``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.preflight.flows import FlowPath
+
+ETH_HEADER = 14
+ACK_FRAME = 66  # Ethernet + IPv4 + TCP with timestamps, no payload
+ACKS_PER_DATA = 0.5  # delayed ACKs: one per two segments (GRO is off on every port)
+# Built-in coefficients, used when this machine has no calibration. Forwarding: fitted once to the 8-flow ring on
+# a 2x4x2 fabric (`testbed bench`, figure a, CPU from /proc/stat ticks, no sampler). The queue sampler: what
+# `testbed calibrate` measured on the development machines (Linux 6.18, 2 x AMD EPYC).
+COST_PER_PACKET_S = 1.08e-5  # core-seconds per packet per veth crossed (fixed part)
+COST_PER_BYTE_S = 4.0e-10  # core-seconds per byte per veth crossed
+SAMPLER_PER_TICK_S = 1.1e-4  # core-seconds per sampler tick (the loop, the link and CPU reads it makes)
+SAMPLER_PER_NETNS_S = 1.8e-5  # core-seconds per namespace per tick (one RTM_GETQDISC dump)
+SAMPLER_PER_ROW_S = 1.4e-5  # core-seconds per row written (queues.csv, links.csv)
+KEYFRAME_S = 0.1  # the sampler writes an unchanged queue or link this often (SamplerConfig.keyframe_s)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """CPU cost coefficients, in core-seconds: forwarding per veth crossing, and the queue sampler."""
+
+    per_crossing_s: float = COST_PER_PACKET_S
+    per_byte_s: float = COST_PER_BYTE_S
+    sampler_per_tick_s: float = SAMPLER_PER_TICK_S
+    sampler_per_netns_s: float = SAMPLER_PER_NETNS_S
+    sampler_per_row_s: float = SAMPLER_PER_ROW_S
+    calibrated: bool = False
+    source: str = "uncalibrated: built-in constants (run `python3 -m testbed calibrate`)"
+
+    def crossing_cost(self, frame_bytes: float) -> float:
+        """Core-seconds for one packet of ``frame_bytes`` to cross one veth."""
+        return self.per_crossing_s + self.per_byte_s * frame_bytes
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "per_crossing_s": self.per_crossing_s,
+            "per_byte_s": self.per_byte_s,
+            "sampler_per_tick_s": self.sampler_per_tick_s,
+            "sampler_per_netns_s": self.sampler_per_netns_s,
+            "sampler_per_row_s": self.sampler_per_row_s,
+            "calibrated": self.calibrated,
+            "source": self.source,
+        }
+
+
+FALLBACK = CostModel()
+
+
+def current_model() -> CostModel:
+    """This machine's calibrated model (``testbed calibrate``'s cache), else ``FALLBACK``."""
+    from testbed.calibrate import load_matching
+
+    cal = load_matching()
+    return cal.model if cal is not None else FALLBACK
+
+
+def packets(rate_bps: float, mtu: int) -> tuple[float, float]:
+    """(data, ACK) packets per second of a TCP flow at ``rate_bps`` of Ethernet frames."""
+    data = rate_bps / (8 * (mtu + ETH_HEADER))
+    return data, data * ACKS_PER_DATA
+
+
+def forwarding_core_s(paths: list[FlowPath], link_bps: float, mtu: int, model: CostModel) -> float:
+    """Core-seconds per second the kernel spends moving these flows through their veths."""
+    total = 0.0
+    for p in paths:
+        data, acks = packets(p.rate(link_bps), mtu)
+        total += p.veths * (data * model.crossing_cost(mtu + ETH_HEADER) + acks * model.crossing_cost(ACK_FRAME))
+    return total
+
+
+def _changed(pps: float, hz: float) -> float:
+    """Probability that at least one packet passed between two ticks of ``hz`` (Poisson arrivals)."""
+    return 1.0 - math.exp(-pps / hz) if hz > 0 else 0.0
+
+
+def sampler_rows_per_s(
+    paths: list[FlowPath], link_bps: float, mtu: int, ports: int, queue_hz: float, link_hz: float
+) -> float:
+    """Rows per second the queue sampler writes: a queue or link whose counters moved since the last tick, else a
+    keyframe. Flows sharing a port are counted apart (an upper bound), capped at one row per port per tick."""
+    queues = links = 0.0
+    for p in paths:
+        data, acks = packets(p.rate(link_bps), mtu)
+        queues += p.veths * (_changed(data, queue_hz) + _changed(acks, queue_hz))
+        links += 2 * p.veths * _changed(data + acks, link_hz)  # both ends of every veth count the packets
+    keyframes = ports / KEYFRAME_S
+    return min(ports * queue_hz, queues * queue_hz + keyframes) + min(ports * link_hz, links * link_hz + keyframes)
+
+
+def sampler_core_s(namespaces: int, rows_per_s: float, queue_hz: float, model: CostModel) -> float:
+    """Core-seconds per second of the queue sampler at ``queue_hz`` over ``namespaces``, writing ``rows_per_s``."""
+    if queue_hz <= 0:
+        return 0.0
+    return queue_hz * (model.sampler_per_tick_s + namespaces * model.sampler_per_netns_s) + (
+        rows_per_s * model.sampler_per_row_s
+    )
