@@ -28,6 +28,10 @@ SKIP_S = 2.0  # steady state: from 2 s after the last flow started
 # DCTCP's analysis (Alizadeh et al.) has the queue swing by ~sqrt(2 N C x RTT) / 2 = 6.6 frames around K + N, so at
 # K = 1 frame the queue runs empty and the link idles.
 K_ABOVE_UTIL_MIN = 0.90  # bottleneck utilization (wire bytes / rate) with K above C x RTT / 7
+# Kernel DCTCP at K = 30 KB keeps the bottleneck busy: judged, like the K experiment, on the bottleneck's wire bytes
+# while every flow runs (steady_window), not on goodput over the flows' whole span, which the guest's slow iperf3
+# start and exit dilute (two CI guest passes: span goodput 0.88 / 0.89 of the payload rate, steady 0.94 / 0.95)
+DCTCP_UTIL_MIN = 0.90
 K_BELOW_UTIL_LOSS_MIN = 0.03  # how much less K under the rule delivers
 DCTCP_PAYLOAD_BPS = 25e6 * (9000 - 52) / (9000 + 14)  # stock_dctcp*.yaml: TCP payload rate of 25 Mbit/s, MTU 9000
 
@@ -71,11 +75,16 @@ def test_kernel_dctcp_holds_the_queue_near_k(experiment):
         p.manifest["marking"].get("cc") == {"dctcp": "kernel"}, f"not the kernel's DCTCP: {p.manifest['marking']}"
     )
     q = queue_stats(p)
-    print(f"DCTCP K=30KB {q}, goodput {p['goodput_bps'] / 1e6:.1f} Mbit/s")
+    util = port_utilization(p.path, BOTTLENECK, steady_window(p.path, SKIP_S))
+    print(f"DCTCP K=30KB {q}, goodput {p['goodput_bps'] / 1e6:.1f} Mbit/s, steady utilization {util:.3f}")
     exp.expect(15_000 <= q["median"] <= 60_000, f"median queue {q['median'] / 1e3:.1f} KB not within K/2..2K (K 30 KB)")
     exp.expect(q["drops"] == 0, f"{q['drops']:.0f} drops with DCTCP (the 300 KB buffer never needs to fill)")
     exp.expect(q["marks"] > 0, "no marks")
-    exp.expect(p["goodput_bps"] >= 0.9 * DCTCP_PAYLOAD_BPS, f"goodput {p['goodput_bps'] / 1e6:.1f} Mbit/s below 0.9 C")
+    exp.expect(
+        util >= DCTCP_UTIL_MIN,
+        f"bottleneck utilization {util:.3f} while both flows ran (steady window) below {DCTCP_UTIL_MIN} "
+        f"(goodput over the whole span {p['goodput_bps'] / 1e6:.1f} Mbit/s)",
+    )
 
 
 @pytest.mark.stock_kernel
