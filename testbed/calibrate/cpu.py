@@ -12,17 +12,17 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from testbed.procs import CLK_TCK
+from testbed.telemetry.budget import read_proc_stat
+
 PF_KTHREAD = 0x00200000  # task flag of kernel threads (/proc/PID/stat field 9)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _idle_s() -> float:
     """Idle + iowait + steal seconds summed over CPUs (/proc/stat: idle is exact under NO_HZ, unlike its
     tick-counted busy time; steal is the hypervisor running someone else)."""
-    with open("/proc/stat") as fh:
-        vals = [int(x) for x in fh.readline().split()[1:9]]
-    vals += [0] * (8 - len(vals))
-    return (vals[3] + vals[4] + vals[7]) / CLK_TCK
+    stat = read_proc_stat()
+    return stat["idle"] + stat["iowait"] + stat["steal"]
 
 
 def _procs() -> dict[int, tuple[int, int, float]]:

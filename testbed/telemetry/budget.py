@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Protocol
 
+from testbed.procs import CLK_TCK
+
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 ROLES = ("sampler", "workers", "iperf3", "probes", "scapy", "main", "other")
 
@@ -59,8 +61,7 @@ def read_proc_stat(path: str = "/proc/stat") -> dict[str, float]:
             if line.startswith("cpu "):
                 vals = [int(x) for x in line.split()[1:9]]
                 vals += [0] * (len(STAT_FIELDS) - len(vals))
-                tick = os.sysconf("SC_CLK_TCK")
-                return {k: v / tick for k, v in zip(STAT_FIELDS, vals)}
+                return {k: v / CLK_TCK for k, v in zip(STAT_FIELDS, vals)}
     raise ValueError(f"no aggregate cpu line in {path}")
 
 
