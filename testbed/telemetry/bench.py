@@ -37,6 +37,7 @@ def bench_sampler(ports: list[PortRef], seconds: float = 3.0, rate_hz: float = 1
         "scheduling": health["scheduling"],
         "late_ticks": health["late_ticks"],
         "worst_gaps": max(health["per_netns"].values(), key=lambda g: g["jitter"]),
+        "gap_max_ms": max(g["gap_max_ms"] for g in health["per_netns"].values()),
         "rows": health["rows"],
     }
 

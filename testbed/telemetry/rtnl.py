@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from testbed.errors import TestbedError
@@ -37,6 +38,13 @@ TCA_STATS_APP = 4
 TCA_STATS_PKT64 = 8
 IFLA_IFNAME = 3
 IFLA_STATS_LINK_64 = 1
+
+FIXED_SEQ = 0x7E000000  # | msg_type: the sequence number of ``RtnlSocket.dumper`` requests (dump() counts from 1)
+# How much ``RtnlSocket.dumper`` asks each recv for. The kernel sizes a dump's datagrams after the largest receive
+# this socket ever made (up to 32 KiB, allocated twice per qdisc dump: data, then NLMSG_DONE), but never below
+# NLMSG_GOODSIZE (3776 bytes with 4 KiB pages): with 4096 each is about one page. A larger datagram (another page
+# size, a namespace with many qdiscs) is seen through MSG_TRUNC, and the dumper then receives with the whole buffer.
+POLL_RECV = 4096
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
@@ -226,16 +234,71 @@ class RtnlSocket:
     def dump(self, msg_type: int) -> bytes:
         """Send one dump request and return every reply byte up to (not including) NLMSG_DONE.
 
-        Each dump costs three syscalls here: the kernel sends NLMSG_DONE as its own datagram after the data. The
-        end is found from the last 20 bytes of a datagram (NLMSG_DONE with our seq and port id), or an
-        NLMSG_ERROR reply, so the messages are not walked here.
+        A qdisc dump costs three syscalls here: the kernel sends NLMSG_DONE as its own datagram after the data (a
+        stats dump puts it at the end of the data). The end is found from the last 20 bytes of a datagram
+        (NLMSG_DONE with our seq), or an NLMSG_ERROR reply, so the messages are not walked here.
         """
         self.seq = seq = (self.seq + 1) & 0xFFFFFFFF
         self.sock.send(dump_request(msg_type, seq))
+        return self._collect(seq)
+
+    def dumper(self, msg_type: int, recv_size: int = POLL_RECV) -> Callable[[], bytes]:
+        """``dump(msg_type)`` for a polling loop: the request is built once, with the fixed sequence number
+        ``FIXED_SEQ | msg_type``, so that two dumps of unchanged counters are equal bytes (the sampler skips those
+        without reading them); the usual reply (one data datagram, NLMSG_DONE at its end or alone after it) is
+        taken without a list or a join; each recv asks for ``recv_size`` bytes (``POLL_RECV``: keep every other
+        receive on this socket as small, or use another socket for them)."""
+        seq = FIXED_SEQ | msg_type
+        req = dump_request(msg_type, seq)
+        send, recv_into, buf, view = self.sock.send, self.sock.recv_into, self._buf, self._view
+        unpack = _NLMSGHDR.unpack_from
+        size = [min(recv_size, len(buf))]
+        trunc = socket.MSG_TRUNC
+
+        def dump() -> bytes:
+            nbytes = size[0]
+            send(req)
+            n = recv_into(buf, nbytes, trunc)  # MSG_TRUNC: the datagram's own length, even if it did not fit
+            if n > nbytes:
+                return self._retry(seq, size, req)
+            if n < 20 or unpack(view, 0)[1] == NLMSG_ERROR:
+                return self._collect(seq, n)
+            length, mtype, _fl, mseq, _pid = unpack(view, n - 20)
+            if mtype == NLMSG_DONE and length == 20 and mseq == seq:  # data and DONE in one datagram
+                return bytes(view[: n - 20])
+            data = bytes(view[:n])
+            m = recv_into(buf, nbytes, trunc)  # usually DONE alone
+            if m > nbytes:
+                return self._retry(seq, size, req)
+            if m == 20:
+                length, mtype, _fl, mseq, _pid = unpack(view, 0)
+                if mtype == NLMSG_DONE and length == 20 and mseq == seq:
+                    return data
+            return data + self._collect(seq, m)
+
+        return dump
+
+    def _retry(self, seq: int, size: list[int], req: bytes) -> bytes:
+        """A datagram did not fit ``size[0]``: drop the rest of that dump, receive with the whole buffer from now on,
+        and dump again. The rest is read without waiting: the kernel queues a dump's next datagram (or its DONE)
+        before the recv that took the previous one returns, so an empty queue means that dump is over."""
+        while True:
+            try:
+                self.sock.recv_into(self._buf, len(self._buf), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+        size[0] = len(self._buf)
+        self.sock.send(req)
+        return self._collect(seq)
+
+    def _collect(self, seq: int, n: int = -1) -> bytes:
+        """The reply datagrams of the dump with ``seq`` (the first one already in the buffer, ``n`` bytes, unless
+        -1) up to NLMSG_DONE or an NLMSG_ERROR reply."""
         chunks: list[bytes] = []
         view = self._view
         while True:
-            n = self.sock.recv_into(self._buf)
+            if n < 0:
+                n = self.sock.recv_into(self._buf)
             if n < 16:
                 raise NetlinkError(f"short netlink datagram ({n} bytes)")
             if n >= 20:
@@ -247,6 +310,7 @@ class RtnlSocket:
             chunks.append(bytes(view[:n]))
             if _NLMSGHDR.unpack_from(view, 0)[1] == NLMSG_ERROR:  # the parser raises it with its errno
                 break
+            n = -1
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"" for an empty dump
 
     def close(self) -> None:

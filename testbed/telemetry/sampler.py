@@ -33,7 +33,7 @@ from typing import IO, Any
 from testbed.errors import TestbedError
 from testbed.telemetry.bpfmarks import BpfMarks
 from testbed.telemetry.cpu import CPU_HEADER, CpuSampler
-from testbed.telemetry.fastpath import Counters, QdiscReader
+from testbed.telemetry.fastpath import LinkFrame, LinkRow, QueueFrame, QueueRow, queue_values
 from testbed.telemetry.gaps import GapStats
 from testbed.telemetry.netns import run_in_netns
 from testbed.telemetry.ports import PortRef, SamplerConfig, node_of
@@ -45,8 +45,9 @@ from testbed.telemetry.rtnl import (
     parse_handle,
     parse_link_names,
     parse_qdisc_dump,
-    parse_stats_dump,
 )
+
+__all__ = ["LINKS_HEADER", "QUEUES_HEADER", "NsPoller", "Sampler", "SamplerError", "poll_once", "queue_values"]
 
 QUEUES_HEADER = (
     "t",
@@ -72,20 +73,35 @@ class SamplerError(TestbedError, RuntimeError):
     """The sampler cannot sample what it was asked to (a namespace, device or qdisc is missing)."""
 
 
-@dataclass
+# Keyframe checks skipped on an unchanged dump use this much margin, so that rounding can never skip a due one.
+_KF_MARGIN = 1e-5
+
+
+def row_format(node: str, dev: str, values: int) -> str:
+    """A row's %-format with node and dev in place: ``fmt % ((t_text,) + values)``, t_text = "%.6f" % t."""
+    return ",".join(["%s", node.replace("%", "%%"), dev.replace("%", "%%"), *["%s"] * values]) + "\n"
+
+
+@dataclass(slots=True)
 class _Port:
     ref: PortRef
     leaf_key: tuple[int, int]
     root_key: tuple[int, int] | None
-    last: tuple[Any, ...] | None = None
+    last: QueueRow | None = None
     last_t: float = 0.0
     missing: int = 0
     bpf_marks: int | None = None
+    fmt: str = ""  # row_format of this port
+    bpf: bool = False  # marks from the eBPF marker's map (ref.marks_map), not from the dump
 
 
 @dataclass
 class NsPoller:
-    """One namespace: its socket, the queues sampled there, the ifindex -> name map for links."""
+    """One namespace: its socket, the queues sampled there, the ifindex -> name map for links.
+
+    ``last_buf``/``link_buf`` hold the previous dump's bytes: a dump equal to it changed no counter (the request's
+    sequence number is fixed), so no row is due except keyframes, and it is not read at all before ``kf_due``.
+    """
 
     netns: str
     sock: RtnlSocket
@@ -93,40 +109,44 @@ class NsPoller:
     names: dict[int, str]
     node: str
     wanted: set[tuple[int, int]] = field(default_factory=set)
-    reader: QdiscReader = field(default_factory=lambda: QdiscReader(set()))
     gaps: GapStats = field(default_factory=GapStats)
     link_last: dict[int, tuple[tuple[int, ...], float]] = field(default_factory=dict)
+    frame: QueueFrame = field(default_factory=lambda: QueueFrame([]))
+    links: LinkFrame = field(default_factory=lambda: LinkFrame(set()))
+    link_fmts: dict[int, str] = field(default_factory=dict)
+    last_buf: bytes | None = None
+    kf_due: float = -math.inf
+    link_buf: bytes | None = None
+    link_vals: list[tuple[int, LinkRow]] = field(default_factory=list)
+    link_kf_due: float = -math.inf
 
-    def poll_queues(self) -> tuple[float, list[tuple[_Port, tuple[Any, ...] | None]]]:
+    def __post_init__(self) -> None:
+        self.dump_queues = self.sock.dumper(RTM_GETQDISC)
+        self.dump_stats = self.sock.dumper(RTM_GETSTATS)
+        self.set_ports(self.ports)
+
+    def set_ports(self, ports: list[_Port]) -> None:
+        """The queues sampled here (and the links: every interface but lo) -> the frames that read them."""
+        self.ports = ports
+        self.frame = QueueFrame([(p.leaf_key, p.root_key) for p in ports])
+        for p in ports:
+            p.fmt = row_format(p.ref.node, p.ref.dev, len(QUEUES_HEADER) - 3)
+            p.bpf = bool(p.ref.marks_map)
+        links = {idx for idx, name in self.names.items() if name != "lo"}
+        self.links = LinkFrame(links)
+        self.link_fmts = {idx: row_format(self.node, self.names[idx], len(LINKS_HEADER) - 3) for idx in links}
+        self.last_buf = self.link_buf = None
+
+    def poll_queues(self) -> tuple[float, list[tuple[_Port, QueueRow | None]]]:
         """One RTM_GETQDISC dump -> (epoch time, [(port, row values without t or None if its qdisc is gone)])."""
-        buf = self.sock.dump(RTM_GETQDISC)
+        buf = self.dump_queues()
         t = time.time()
-        stats = self.reader.read(buf)
-        return t, [
-            (p, queue_values(stats.get(p.leaf_key), stats.get(p.root_key) if p.root_key else None)) for p in self.ports
-        ]
+        return t, list(zip(self.ports, self.frame.read(buf), strict=True))
 
-    def poll_links(self) -> tuple[float, list[tuple[int, tuple[int, ...]]]]:
-        buf = self.sock.dump(RTM_GETSTATS)
+    def poll_links(self) -> tuple[float, list[tuple[int, LinkRow]]]:
+        buf = self.dump_stats()
         t = time.time()
-        out: list[tuple[int, tuple[int, ...]]] = []
-        for idx, s in parse_stats_dump(buf).items():
-            if self.names.get(idx, "lo") != "lo":
-                out.append((idx, (s.tx_bytes, s.tx_packets, s.rx_bytes, s.rx_packets, s.tx_dropped)))
-        return t, out
-
-
-def queue_values(leaf: Counters | None, root: Counters | None) -> tuple[Any, ...] | None:
-    """(backlog_bytes, backlog_pkts, drops, marks, overlimits, tx_bytes, tx_pkts, requeues); marks "" if unknown.
-
-    Backlog, drops and marks from the leaf qdisc; overlimits, tx and requeues from the root (the port's htb).
-    """
-    if leaf is None:
-        return None
-    top = root or leaf
-    nbytes, npkts, _ql, _bl, _dr, requeues, overlimits, _mk = top
-    marks = leaf[7]
-    return (leaf[3], leaf[2], leaf[4], "" if marks is None else marks, overlimits, nbytes, npkts, requeues)
+        return t, list(self.links.read(buf))
 
 
 def open_pollers(ports: list[PortRef], links_netns: list[str] | None = None) -> list[NsPoller]:
@@ -139,23 +159,33 @@ def open_pollers(ports: list[PortRef], links_netns: list[str] | None = None) -> 
     pollers: list[NsPoller] = []
     try:
         for ns, refs in by_ns.items():
-            sock = run_in_netns(ns, RtnlSocket.create)
-            names = parse_link_names(sock.dump(RTM_GETLINK))
+            # ``ctl`` answers the set-up dumps: RTM_GETLINK needs large receives, which would make the kernel size
+            # every later dump on ``sock`` for them (rtnl.POLL_RECV)
+            sock, ctl = run_in_netns(ns, lambda: (RtnlSocket.create(), RtnlSocket.create()))
+            try:
+                names = parse_link_names(ctl.dump(RTM_GETLINK))
+                setup = ctl.dump(RTM_GETQDISC)
+            except BaseException:
+                sock.close()
+                raise
+            finally:
+                ctl.close()
             index = {v: k for k, v in names.items()}
             node = refs[0].node if refs else node_of(ns)
             poller = NsPoller(ns, sock, [], names, node)
             pollers.append(poller)
+            ports_here = []
             for r in refs:
                 if r.dev not in index:
                     raise SamplerError(f"no device {r.dev!r} in namespace {ns!r} (has: {', '.join(index)})")
                 i = index[r.dev]
                 port = _Port(r, (i, parse_handle(r.leaf)), (i, parse_handle(r.root)) if r.root else None)
-                poller.ports.append(port)
+                ports_here.append(port)
                 poller.wanted.add(port.leaf_key)
                 if port.root_key:
                     poller.wanted.add(port.root_key)
-            poller.reader = QdiscReader(poller.wanted)
-            found = parse_qdisc_dump(sock.dump(RTM_GETQDISC), poller.wanted)
+            poller.set_ports(ports_here)
+            found = parse_qdisc_dump(setup, poller.wanted)
             for port in poller.ports:
                 for key, what in ((port.leaf_key, port.ref.leaf), (port.root_key, port.ref.root)):
                     if key is not None and key not in found:
@@ -215,6 +245,11 @@ class _Csv:
         self.fh.write(self.fmt % r)
         self.rows += 1
 
+    def write(self, lines: list[str]) -> None:
+        """Rows formatted already (``row_format``), in one write."""
+        self.fh.write("".join(lines))
+        self.rows += len(lines)
+
     def close(self) -> None:
         self.fh.close()
 
@@ -222,10 +257,12 @@ class _Csv:
 class Sampler:
     """The loop. ``run()`` returns when ``stop`` is set (by a signal handler), after flushing everything."""
 
-    def __init__(self, cfg: SamplerConfig, out: Path):
+    def __init__(self, cfg: SamplerConfig, out: Path, pollers: list[NsPoller] | None = None):
+        """``pollers``: already opened ones (tests); by default ``open_pollers`` of the config."""
         self.cfg, self.out = cfg, Path(out)
         self.stop = False
-        self.pollers = open_pollers(cfg.ports, cfg.links_netns)
+        self.pollers = open_pollers(cfg.ports, cfg.links_netns) if pollers is None else pollers
+        self.qpollers = [pl for pl in self.pollers if pl.ports]
         self.queues = _Csv(self.out / "queues.csv", QUEUES_HEADER)
         self.links = _Csv(self.out / "links.csv", LINKS_HEADER)
         self.cpu = _Csv(self.out / "cpu.csv", CPU_HEADER) if cfg.cpu_hz > 0 else None
@@ -244,43 +281,92 @@ class Sampler:
         self.t0 = self.t_end = 0.0
 
     def _queues(self, final: bool = False) -> None:
+        """One dump per namespace; a row per queue whose values changed since its last row, or whose keyframe is due.
+
+        A dump equal to the namespace's previous one changed nothing (``NsPoller``), so only keyframes can be due,
+        and not before ``kf_due`` (the oldest row's time + keyframe_s, less a margin): the values are not read.
+        """
         kf = self.cfg.keyframe_s
-        for pl in self.pollers:
-            if not pl.ports:
+        lines: list[str] = []
+        add = lines.append
+        now, mono = time.time, time.monotonic
+        for pl in self.qpollers:
+            buf = pl.dump_queues()
+            t = now()
+            pl.gaps.add(mono())
+            same = buf == pl.last_buf
+            if same and t < pl.kf_due and not final:
                 continue
-            t, vals = pl.poll_queues()
-            pl.gaps.add(time.monotonic())
-            for port, v in vals:
-                if v is None:
-                    port.missing += 1
-                    if port.missing == 1:
-                        self.errors.append(f"{t:.3f}: qdisc {port.ref.leaf} vanished on {pl.netns}/{port.ref.dev}")
-                    continue
-                if port.ref.marks_map:
-                    v = (*v[:3], port.bpf_marks, *v[4:])
-                if final or v != port.last or t - port.last_t >= kf:
-                    self.queues.row((t, port.ref.node, port.ref.dev, *v))
-                    port.last, port.last_t = v, t
+            ts = f"{t:.6f}"
+            oldest = math.inf
+            if same:
+                for port in pl.ports:  # each one's last row holds its values (the previous dump's, as this one)
+                    v, lt = port.last, port.last_t
+                    if v is not None and (t - lt >= kf or final):
+                        add(port.fmt % ((ts,) + v))
+                        port.last_t = lt = t
+                    if lt < oldest:
+                        oldest = lt
+            else:
+                pl.last_buf = buf
+                for port, v in zip(pl.ports, pl.frame.read(buf), strict=True):
+                    if v is None:
+                        pl.last_buf = None  # read every dump while a qdisc is gone: each one counts as missing
+                        port.missing += 1
+                        if port.missing == 1:
+                            self.errors.append(f"{t:.3f}: qdisc {port.ref.leaf} vanished on {pl.netns}/{port.ref.dev}")
+                        continue
+                    if port.bpf:
+                        v = (*v[:3], "" if port.bpf_marks is None else port.bpf_marks, *v[4:])
+                    lt = port.last_t
+                    if v != port.last or t - lt >= kf or final:
+                        add(port.fmt % ((ts,) + v))
+                        port.last = v
+                        port.last_t = lt = t
+                    if lt < oldest:
+                        oldest = lt
+            pl.kf_due = oldest + kf - _KF_MARGIN
+        if lines:
+            self.queues.write(lines)
 
     def _bpf_marks(self) -> None:
         if self.bpf is not None:
             for pl in self.pollers:
                 for port in pl.ports:
                     if port.ref.marks_map:
-                        port.bpf_marks = self.bpf.read(port.ref.marks_map)
+                        m = self.bpf.read(port.ref.marks_map)
+                        if m != port.bpf_marks:  # not in the dump: its next one is read even if unchanged
+                            port.bpf_marks = m
+                            pl.last_buf = None
 
     def _links(self, final: bool = False) -> None:
+        """Like ``_queues`` for every interface but lo, from one RTM_GETSTATS dump per namespace."""
         kf = self.cfg.keyframe_s
         self._bpf_marks()
+        lines: list[str] = []
+        add = lines.append
+        now = time.time
         for pl in self.pollers:
-            t, vals = pl.poll_links()
-            for idx, v in vals:
-                prev = pl.link_last.get(idx)
+            buf = pl.dump_stats()
+            t = now()
+            same = buf == pl.link_buf
+            if same and t < pl.link_kf_due and not final:
+                continue
+            if not same:
+                pl.link_buf, pl.link_vals = buf, pl.links.read(buf)
+            ts = f"{t:.6f}"
+            oldest = math.inf
+            last, fmts = pl.link_last, pl.link_fmts
+            for idx, v in pl.link_vals:
+                prev = last.get(idx)
                 if final or prev is None or prev[0] != v or t - prev[1] >= kf:
-                    if idx not in pl.names:
-                        pl.names = parse_link_names(pl.sock.dump(RTM_GETLINK))
-                    self.links.row((t, pl.node, pl.names.get(idx, str(idx)), *v))
-                    pl.link_last[idx] = (v, t)
+                    add(fmts[idx] % ((ts,) + v))
+                    last[idx] = prev = (v, t)
+                if prev[1] < oldest:
+                    oldest = prev[1]
+            pl.link_kf_due = oldest + kf - _KF_MARGIN
+        if lines:
+            self.links.write(lines)
 
     def run(self) -> None:
         cfg = self.cfg
