@@ -189,6 +189,11 @@ class RunRecord:
         w.write({"t": time.time() if t is None else t, "kind": kind, "detail": detail})
         w.flush()
 
+    def flush(self) -> None:
+        """Write every table's buffered rows to disk (a reader of the files, e.g. the guardrails, sees them all)."""
+        for w in self._tables.values():
+            w.flush()
+
     def finish(self, status: str = "complete", error: str | None = None, *, summarize: bool = True) -> None:
         """Close the tables, stamp ``ended_at``/``status`` and (by default) write summary.json from the tables."""
         if status not in ("complete", "failed"):

@@ -40,6 +40,23 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
         "interface counters over time (cumulative)",
     ),
     "cpu": (("t", "cpu", "busy"), "CPU busy fraction 0..1 over the last interval; cpu = all or the core number"),
+    "senders": (
+        (
+            "t",
+            "node",
+            "sport",
+            "dport",
+            "app_limited",
+            "notsent_bytes",
+            "unacked",
+            "cwnd",
+            "bytes_acked",
+            "busy_us",
+            "rwnd_limited_us",
+            "sndbuf_limited_us",
+        ),
+        "TCP_INFO of the backlogged iperf3 senders' sockets over time (sock_diag); timers cumulative",
+    ),
     "netstat": (("host", "phase", "counter", "value"), "/proc/net/netstat and snmp counters per host at start/end"),
     "iterations": (
         (

@@ -18,6 +18,8 @@ Checks (thresholds in ``Thresholds``):
 - ``cpu_saturation``: share of cpu.csv samples in which every core was at least ``cpu_busy`` busy.
 - ``sampler``: achieved queue-sampling rate against the target and the longest gap (from sampler_health.json when
   given; otherwise only the gap between rows, which the sampler writes at least every keyframe).
+- ``sender_backlog``: a backlogged iperf3 sender whose socket ran out of data, or was held by its receive window
+  or send buffer, was short of CPU (``testbed.fidelity_senders``).
 - ``gso_superpackets``: a queue whose backlog_bytes / backlog_pkts exceeds one frame (MTU + 14, plus
   ``GSO_SLACK`` for header accounting) held packets bigger than a frame (GSO/GRO super-packets), so per-packet queue
   figures are meaningless.
@@ -70,6 +72,10 @@ class Thresholds:
     # share of non-empty queue samples allowed to average more than a frame per packet: a stray 2-segment skb
     # (seen once in 60,000 samples of a host queue, gso_max_segs 1) does not make the queue figures meaningless
     gso_share_max: float = 0.001
+    # sender_backlog (testbed/fidelity_senders.py): share of a backlogged sender's samples with nothing to send, or
+    # of its busy time held by the receive window / send buffer; the first and last sender_edge_s are not judged
+    sender_short_max: float = 0.05
+    sender_edge_s: float = 0.5
 
 
 def _f(v: Any) -> float | None:
@@ -349,17 +355,24 @@ def evaluate(
     th: Thresholds = Thresholds(),
     window: tuple[float, float] | None = None,
     packet_level: bool = True,
+    senders: Iterable[Row] | None = None,
+    flows: Iterable[Row] = (),
+    senders_watched: bool = False,
 ) -> dict[str, Any]:
-    """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span."""
+    """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span.
+    ``senders`` (senders.csv) and ``flows``: the sender_backlog check, left out when ``senders`` is None."""
+    from testbed.fidelity_senders import check_senders
+
     q, lk, c = list(queues), list(links), list(cpu)
-    return verdict(
-        [
-            check_bottlenecks(q, ports, lk, th, window),
-            check_cpu(c, th, window),
-            check_sampler(sampler_health, q, th, window),
-            check_gso(q, ports, packet_level, th.gso_share_max),
-        ]
-    )
+    checks = [
+        check_bottlenecks(q, ports, lk, th, window),
+        check_cpu(c, th, window),
+        check_sampler(sampler_health, q, th, window),
+        check_gso(q, ports, packet_level, th.gso_share_max),
+    ]
+    if senders is not None:
+        checks.append(check_senders(senders, flows, th, senders_watched))
+    return verdict(checks)
 
 
 def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
@@ -384,6 +397,11 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
     ports = (manifest.get("fabric") or {}).get("ports") or []
     transport = ((manifest.get("scenario") or {}).get("fabric") or {}).get("transport") or {}
     kw.setdefault("packet_level", int(transport.get("gso_max_segs", 1)) == 1)
+    watched = bool(((sampler_health or {}).get("config") or {}).get("senders"))
+    if watched:
+        kw.setdefault("senders", run.table("senders"))
+        kw.setdefault("flows", run.table("flows"))
+        kw.setdefault("senders_watched", True)
     return evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)
 
 

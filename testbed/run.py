@@ -100,6 +100,20 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
     return refs
 
 
+SENDER_HZ = 20.0  # TCP_INFO samples per second of each backlogged iperf3 sender (senders.csv)
+
+
+def _sender_refs(fab: Fabric, scenario: Scenario) -> list[Any]:
+    """The namespaces of the workload's backlogged iperf3 clients and their servers' ports, for senders.csv."""
+    from testbed.telemetry.ports import SenderRef
+    from traffic.iperf import bulk_senders
+
+    by_src: dict[str, list[int]] = {}
+    for src, port in bulk_senders(scenario.workload):
+        by_src.setdefault(src, []).append(port)
+    return [SenderRef(fab.hosts[h].netns, h, tuple(ports)) for h, ports in by_src.items() if h in fab.hosts]
+
+
 def run_point(
     scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: float = 0.0, retake_of: list[str] | None = None
 ) -> RunResult:
@@ -142,6 +156,7 @@ def run_point(
         with Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc) as fab:
             _run_on_fabric(record, scenario, fab, caps)
         window = record.manifest.get("traffic_window")
+        record.flush()  # the guardrails read flows.csv from disk
         verdict = fidelity.evaluate_run(record.path, window=tuple(window) if window else None, **guestfit.thresholds())
         record.set("fidelity", verdict)
         record.finish("complete")
@@ -181,11 +196,19 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: dic
     for row in snapshot_hosts(hosts_ns, "start"):
         netstat.write(row)
     tele = scenario.telemetry
+    go_file = record.raw_dir / "go"
     sampler = start_sampler(
-        fab.procs, _sampler_ports(fab), record.path, rate_hz=tele.queue_hz, link_hz=tele.link_hz, cpu_hz=tele.cpu_hz
+        fab.procs,
+        _sampler_ports(fab),
+        record.path,
+        rate_hz=tele.queue_hz,
+        link_hz=tele.link_hz,
+        cpu_hz=tele.cpu_hz,
+        senders=_sender_refs(fab, scenario),
+        sender_hz=min(SENDER_HZ, tele.queue_hz),
+        go_file=str(go_file),
     )
     record.event("sampler", "started")
-    go_file = record.raw_dir / "go"
     ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file)
     budget = CpuBudget()
     window: list[float] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,26 @@ def listening(pid: int, port: int) -> bool:
     return any(f[1].endswith(want) and f[3] == "0A" for f in (line.split() for line in lines) if len(f) > 3)
 
 
+def server_port(index: int) -> int:
+    """The port of the iperf3 server of the job at ``index`` in the workload."""
+    return 5201 + index
+
+
+def bulk_senders(jobs: Sequence[Any]) -> list[tuple[str, int]]:
+    """(src host, server port) of every backlogged iperf3 client in the workload: TCP without a rate cap, so its
+    socket should never run out of data (what the ``sender_backlog`` guardrail judges)."""
+    return [
+        (j.src, server_port(i))
+        for i, j in enumerate(jobs)
+        if isinstance(j, IperfJob) and j.proto == "tcp" and not j.rate_bps
+    ]
+
+
 class IperfGenerator(ProcGenerator):
     def __init__(self, spec: IperfJob, index: int):
         super().__init__(spec.name, spec.start_after)
         self.spec = spec
-        self.port = 5201 + index
+        self.port = server_port(index)
         self.timeout = spec.duration + 30
 
     def cycles(self) -> tuple[int, float, float]:

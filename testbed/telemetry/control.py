@@ -21,7 +21,7 @@ from testbed.telemetry.ports import PortRef, SamplerConfig
 from testbed.telemetry.sampler import SamplerError
 from testbed.telemetry.staging import Stage
 
-WRITTEN = ("queues.csv", "links.csv", "cpu.csv", "sampler_health.json")
+WRITTEN = ("queues.csv", "links.csv", "cpu.csv", "senders.csv", "sampler_health.json")
 
 PYTHON = "/usr/bin/python3"
 REPO = Path(__file__).resolve().parents[2]

@@ -4,12 +4,15 @@ Config file (``--config``)::
 
     {"rate_hz": 1000, "link_hz": 100, "cpu_hz": 10, "flush_s": 0.5, "keyframe_s": 0.1, "rt_priority": 10,
      "ports": [{"netns": "tb3fa2-s1", "dev": "s1-l1", "leaf_handle": "10:", "root": "1:", "node": "s1"}],
-     "links_netns": ["tb3fa2-s1"]}
+     "links_netns": ["tb3fa2-s1"],
+     "senders": [{"netns": "tb3fa2-l2h1", "node": "l2h1", "dports": [5201]}], "sender_hz": 20}
 
 ``marks_map`` (optional) is the eBPF marker's pinned stats map for that port (``bpfmarks.marks_map_path``).
 ``root`` may be null when the leaf is the root qdisc; ``node`` defaults to the namespace name without its run
 prefix (``tb3fa2-s1`` -> ``s1``); ``links_netns`` (every interface but lo is sampled there) defaults to the
-ports' namespaces. Unknown keys are errors.
+ports' namespaces. ``senders`` (optional): namespaces whose TCP sockets to ``dports`` are bulk senders, whose
+TCP_INFO goes to senders.csv at ``sender_hz`` (``testbed.telemetry.senders``). ``go_file`` (optional): the run's
+start gate; the sampling-gap statistics restart at its go time. Unknown keys are errors.
 """
 
 from __future__ import annotations
@@ -79,6 +82,29 @@ class PortRef:
 
 
 @dataclass(frozen=True)
+class SenderRef:
+    """A namespace whose TCP sockets connected to one of ``dports`` are bulk senders (iperf3 clients)."""
+
+    netns: str
+    node: str
+    dports: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.netns or not self.dports or not all(0 < int(p) < 65536 for p in self.dports):
+            raise ConfigError(f"sender needs netns and dports in 1..65535: {self!r}")
+        object.__setattr__(self, "dports", tuple(int(p) for p in self.dports))
+        if not self.node:
+            object.__setattr__(self, "node", node_of(self.netns))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SenderRef:
+        unknown = sorted(set(d) - {"netns", "node", "dports"})
+        if unknown:
+            raise ConfigError(f"sender key {unknown[0]!r} unknown (allowed: dports, netns, node)")
+        return cls(netns=d.get("netns", ""), node=d.get("node", ""), dports=tuple(d.get("dports") or ()))
+
+
+@dataclass(frozen=True)
 class SamplerConfig:
     ports: list[PortRef]
     rate_hz: float = 1000.0
@@ -90,6 +116,9 @@ class SamplerConfig:
     # other load: jitter 0.06-0.10 with priority 10, 0.20-0.85 without (the gaps' tail: other tasks run first).
     rt_priority: int = 10
     links_netns: list[str] = field(default_factory=list)
+    senders: list[SenderRef] = field(default_factory=list)
+    sender_hz: float = 20.0
+    go_file: str | None = None  # the run's start gate (traffic.gate): gap statistics restart at its go time
 
     def __post_init__(self) -> None:
         if not self.ports:
@@ -104,6 +133,8 @@ class SamplerConfig:
             raise ConfigError("flush_s must be in [0.01, 10] and keyframe_s > 0")
         if not 0 <= self.rt_priority <= 99:
             raise ConfigError(f"rt_priority must be in [0, 99], got {self.rt_priority}")
+        if not 0 < self.sender_hz <= self.rate_hz:
+            raise ConfigError(f"sender_hz must be in (0, rate_hz], got {self.sender_hz}")
         keys = [(p.netns, p.dev) for p in self.ports]
         if len(set(keys)) != len(keys):
             raise ConfigError("ports: the same netns/dev appears twice")
@@ -113,17 +144,31 @@ class SamplerConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ports"] = [p.to_dict() for p in self.ports]
+        d["senders"] = [{"netns": r.netns, "node": r.node, "dports": list(r.dports)} for r in self.senders]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SamplerConfig:
-        allowed = {"ports", "rate_hz", "link_hz", "cpu_hz", "flush_s", "keyframe_s", "rt_priority", "links_netns"}
+        allowed = {
+            "ports",
+            "rate_hz",
+            "link_hz",
+            "cpu_hz",
+            "flush_s",
+            "keyframe_s",
+            "rt_priority",
+            "links_netns",
+            "senders",
+            "sender_hz",
+            "go_file",
+        }
         unknown = sorted(set(d) - allowed)
         if unknown:
             raise ConfigError(f"config key {unknown[0]!r} unknown (allowed: {', '.join(sorted(allowed))})")
         ports = [PortRef.from_dict(p) for p in d.get("ports", [])]
-        rest = {k: v for k, v in d.items() if k != "ports"}
-        return cls(ports=ports, **rest)
+        senders = [SenderRef.from_dict(r) for r in d.get("senders", [])]
+        rest = {k: v for k, v in d.items() if k not in ("ports", "senders")}
+        return cls(ports=ports, senders=senders, **rest)
 
     @classmethod
     def load(cls, path: Path) -> SamplerConfig:

@@ -6,7 +6,9 @@ Cheaper than forking ``ss -tin`` per sample (machine.md). Layout from linux/tcp.
     off  type  field                 unit / meaning
       0  u8    tcpi_state            TCP_ESTABLISHED = 1
       1  u8    tcpi_ca_state         0 open, 1 disorder, 2 cwr, 3 recovery, 4 loss
+      7  u8    (bit 0) tcpi_delivery_rate_app_limited: the latest delivery-rate sample was application-limited
      16  u32   tcpi_snd_mss          bytes
+     24  u32   tcpi_unacked          segments in flight (not yet acknowledged)
      32  u32   tcpi_lost             segments currently considered lost
      36  u32   tcpi_retrans          segments currently retransmitted (in flight)
      68  u32   tcpi_rtt              smoothed RTT, microseconds
@@ -16,8 +18,12 @@ Cheaper than forking ``ss -tin`` per sample (machine.md). Layout from linux/tcp.
     100  u32   tcpi_total_retrans    segments retransmitted over the connection's life
     120  u64   tcpi_bytes_acked      bytes
     128  u64   tcpi_bytes_received   bytes
+    144  u32   tcpi_notsent_bytes    bytes written by the application and not yet sent
     148  u32   tcpi_min_rtt          microseconds
     160  u64   tcpi_delivery_rate    bytes/s
+    168  u64   tcpi_busy_time        microseconds with data in flight (kernel >= 4.10, as the next two)
+    176  u64   tcpi_rwnd_limited     of those, limited by the receiver's window
+    184  u64   tcpi_sndbuf_limited   of those, limited by the send buffer
     192  u32   tcpi_delivered        segments delivered (kernel >= 4.18)
     196  u32   tcpi_delivered_ce     of those, CE-marked per the receiver's ECE (kernel >= 4.18)
     200  u64   tcpi_bytes_sent       bytes incl. retransmissions (kernel >= 4.19)
@@ -36,7 +42,9 @@ TCP_INFO_LEN = 256  # more than any kernel returns today; the kernel copies min(
 _FIELDS: tuple[tuple[str, int, str], ...] = (
     ("state", 0, "B"),
     ("ca_state", 1, "B"),
+    ("flags", 7, "B"),
     ("snd_mss", 16, "I"),
+    ("unacked", 24, "I"),
     ("lost", 32, "I"),
     ("retrans", 36, "I"),
     ("rtt_us", 68, "I"),
@@ -46,8 +54,12 @@ _FIELDS: tuple[tuple[str, int, str], ...] = (
     ("total_retrans", 100, "I"),
     ("bytes_acked", 120, "Q"),
     ("bytes_received", 128, "Q"),
+    ("notsent_bytes", 144, "I"),
     ("min_rtt_us", 148, "I"),
     ("delivery_rate", 160, "Q"),
+    ("busy_time_us", 168, "Q"),
+    ("rwnd_limited_us", 176, "Q"),
+    ("sndbuf_limited_us", 184, "Q"),
     ("delivered", 192, "I"),
     ("delivered_ce", 196, "I"),
     ("bytes_sent", 200, "Q"),
@@ -59,7 +71,9 @@ _FIELDS: tuple[tuple[str, int, str], ...] = (
 class TcpInfo:
     state: int
     ca_state: int
+    flags: int
     snd_mss: int
+    unacked: int
     lost: int
     retrans: int
     rtt_us: int
@@ -69,12 +83,22 @@ class TcpInfo:
     total_retrans: int
     bytes_acked: int | None
     bytes_received: int | None
+    notsent_bytes: int | None
     min_rtt_us: int | None
     delivery_rate: int | None
+    busy_time_us: int | None
+    rwnd_limited_us: int | None
+    sndbuf_limited_us: int | None
     delivered: int | None
     delivered_ce: int | None
     bytes_sent: int | None
     bytes_retrans: int | None
+
+    @property
+    def app_limited(self) -> bool:
+        """The kernel judged the latest delivery-rate sample application-limited (tcp_rate_check_app_limited:
+        nothing unsent, nothing queued below TCP, and room in cwnd): the sender had nothing to send."""
+        return bool(self.flags & 1)
 
 
 def parse_tcp_info(raw: bytes) -> TcpInfo:

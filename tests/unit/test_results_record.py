@@ -147,3 +147,12 @@ def test_variant_slug() -> None:
     assert variant_slug({"links.buffer": "50KB", "ecn.enabled": True}) == "enabledtrue_buffer50KB"
     assert variant_slug({}) == ""
     assert len(variant_slug({"k": "x" * 200})) == 60
+
+
+def test_flush_puts_every_buffered_row_on_disk(tmp_path: Path) -> None:
+    """The guardrails read flows.csv from disk before finish() closes it: flush() must have written every row."""
+    rec = RunRecord.create(tmp_path, "s")
+    w = rec.table("flows")
+    w.write({c: 1 for c in w.columns})
+    rec.flush()
+    assert len((rec.path / "flows.csv").read_text().splitlines()) == 2
