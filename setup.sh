@@ -37,6 +37,8 @@ PY=/usr/bin/python3
 # The guest pass: every stock_kernel scenario in one boot of Debian's stock kernel (testbed vm installs QEMU and
 # virtme-ng on first use)
 GUEST_PASS=($PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kernel scenarios)
+# The software-emulated guest leaves its scenario reports to the host (scenarios/conftest.py): write them here.
+write_guest_reports() { $PY -m testbed report --pending "${TESTBED_SCENARIO_RUNS:-runs/scenarios}" >/dev/null; }
 # The eBPF ECN marker and BPF DCTCP, compiled from this repo's C sources for this kernel (build/bpf/)
 $PY -W ignore::RuntimeWarning -m testbed.ecn.build >/dev/null
 
@@ -55,6 +57,7 @@ case "${1:-install}" in
     if [ -n "$missing" ] && [ $# -eq 0 ]; then
       echo "setup.sh: this kernel lacks $missing: the stock-kernel scenarios run in the guest kernel mode"
       "${GUEST_PASS[@]}" || rc=$?
+      write_guest_reports || rc=$?
     elif [ -n "$missing" ]; then
       echo "setup.sh: no guest pass with pytest arguments ($*); this kernel lacks $missing: run ./setup.sh stock"
     fi
@@ -62,6 +65,8 @@ case "${1:-install}" in
   stock)
     # The guest pass alone. Run `./setup.sh test` (or `pytest scenarios`) first: the RED vs eBPF cross-check
     # compares with the eBPF marker's record that the native scenarios write.
-    shift; exec "${GUEST_PASS[@]}" "$@" ;;
+    shift; rc=0; "${GUEST_PASS[@]}" "$@" || rc=$?
+    write_guest_reports || rc=$?
+    exit $rc ;;
   *) echo "usage: sudo ./setup.sh [install|demo|test|stock]" >&2; exit 2 ;;
 esac

@@ -125,3 +125,16 @@ def test_progress_tty_redraws_and_unknown_eta() -> None:
     p.start("run b")
     assert p.eta() == pytest.approx(10.0)  # the mean of finished runs
     assert "\r\x1b[2K" in buf.getvalue()
+
+
+def test_deferred_report_is_written_by_pending_and_only_once(tmp_path: Path) -> None:
+    from results.cli import PENDING, defer_report
+
+    runs = [DATA / "sweep-buffer"]  # find_runs takes the parent of a sweep's run directories
+    out = tmp_path / "scenarios" / "s1" / "test_x" / "report"
+    defer_report(runs, out)
+    assert (out / PENDING).exists() and not (out / "report.html").exists()
+    assert report_main(["--pending", str(tmp_path)]) == 0
+    assert (out / "report.html").exists() and (out / "comparison.csv").exists() and not (out / PENDING).exists()
+    assert report_main(["--pending", str(tmp_path)]) == 0  # nothing left pending
+    assert report_main(["--pending"]) == 2
