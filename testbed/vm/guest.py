@@ -33,6 +33,21 @@ from testbed.vm.tools import ensure_guest_tools, vng_env
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS_DIR = REPO / "runs"
+# the host's settings a command in the guest reads as well (scenarios/conftest.py, testbed.preflight)
+FORWARDED_ENV = ("TESTBED_SCENARIO_RUNS", "TESTBED_RETAKES", "TESTBED_REVERSED", "TESTBED_CPU_BUDGET")
+
+
+def forwarded_env(env: dict[str, str] | os._Environ[str] | None = None) -> tuple[dict[str, str], list[Path]]:
+    """The ``FORWARDED_ENV`` variables set on the host, and the directories they need shared read-write (the
+    scenario runs' directory, so that records written inside land where the host reads them)."""
+    e = os.environ if env is None else env
+    out = {k: e[k] for k in FORWARDED_ENV if e.get(k)}
+    dirs = [Path(out["TESTBED_SCENARIO_RUNS"]).resolve()] if "TESTBED_SCENARIO_RUNS" in out else []
+    if dirs:
+        out["TESTBED_SCENARIO_RUNS"] = str(dirs[0])
+    return out, dirs
+
+
 BENCH_LOCK = Path("/run/testbed-bench.lock")
 # The guest's udev only needs the virtio-ports rule (it names the console ports vng reads the output from);
 # hiding the other rules cuts ~12 s of udev start-up (measured).
@@ -204,7 +219,8 @@ def run_in_guest(
     tools = ensure_guest_tools(install=install)
     image: KernelImage = ensure_kernel(kernel, cache)
     chosen: Accel = choose_accel(tools.qemu, accel)
-    shared = [RUNS_DIR, *(Path(d).resolve() for d in rwdirs)]
+    host_env, env_dirs = forwarded_env()
+    shared = [RUNS_DIR, *env_dirs, *(Path(d).resolve() for d in rwdirs)]
     for d in shared:
         d.mkdir(parents=True, exist_ok=True)
     work = Path(cwd).resolve() if cwd is not None else Path.cwd()
@@ -220,6 +236,7 @@ def run_in_guest(
                 raise VmError(f"guest not started: {exc}") from None
         for attempt in (chosen, Accel("tcg", f"KVM failed to boot the guest; {chosen.reason}")):
             env = {
+                **host_env,
                 "TESTBED_GUEST": "1",
                 "TESTBED_GUEST_KERNEL": image.version,
                 "TESTBED_GUEST_KERNEL_PACKAGE": f"{image.package} {image.package_version}",

@@ -94,3 +94,13 @@ def test_output_dirs_are_found_in_the_command() -> None:
     assert output_dirs(cmd) == [Path("/tmp/a"), Path("/tmp/b")]
     assert output_dirs(["pytest", "-q"]) == []
     assert output_dirs(["cmd", "-o"]) == []
+
+
+def test_host_settings_are_forwarded_to_the_guest(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """TESTBED_SCENARIO_RUNS, TESTBED_RETAKES, TESTBED_REVERSED reach the guest's pytest; the runs dir is shared."""
+    from testbed.vm.guest import forwarded_env
+
+    env, dirs = forwarded_env({"TESTBED_SCENARIO_RUNS": str(tmp_path / "r"), "TESTBED_REVERSED": "1", "HOME": "/x"})
+    assert env == {"TESTBED_SCENARIO_RUNS": str(tmp_path / "r"), "TESTBED_REVERSED": "1"}
+    assert dirs == [tmp_path / "r"]
+    assert forwarded_env({}) == ({}, [])
