@@ -86,6 +86,23 @@ def _read(buf: bytes | memoryview, b: int, q: int, p64: int, red: int) -> Counte
     return nbytes, npkts, qlen, backlog, drops, requeues, overlimits, marks
 
 
+def _scan(buf: bytes | memoryview, wanted: set[Key]) -> dict[Key, tuple[tuple[int, int, int, int, int], Counters]]:
+    """The full parse of one dump: each wanted qdisc's (message body, BASIC, QUEUE, PKT64, RED offsets) and counters."""
+    out: dict[Key, tuple[tuple[int, int, int, int, int], Counters]] = {}
+    for mtype, body, end in iter_messages(buf):
+        if mtype != RTM_NEWQDISC:
+            continue
+        key = _KEY.unpack_from(buf, body)
+        if key not in wanted:
+            continue
+        offs = _offsets(buf, body, end)
+        c = _read(buf, *offs)
+        if c is None:
+            raise NetlinkError(f"malformed qdisc stats for ifindex/handle {key}")
+        out[key] = ((body, *offs), c)
+    return out
+
+
 class QdiscReader:
     """Counters of the ``wanted`` (ifindex, handle) qdiscs from successive dumps of one namespace."""
 
@@ -112,22 +129,10 @@ class QdiscReader:
 
     def _full(self, buf: bytes | memoryview) -> dict[Key, Counters]:
         self.slow += 1
-        out: dict[Key, Counters] = {}
-        layout = []
-        for mtype, body, end in iter_messages(buf):
-            if mtype != RTM_NEWQDISC:
-                continue
-            key = _KEY.unpack_from(buf, body)
-            if key not in self.wanted:
-                continue
-            offs = _offsets(buf, body, end)
-            c = _read(buf, *offs)
-            if c is None:
-                raise NetlinkError(f"malformed qdisc stats for ifindex/handle {key}")
-            out[key] = c
-            layout.append((body, key, *offs))
-        self._len, self._layout = len(buf), layout
-        return out
+        found = _scan(buf, self.wanted)
+        self._len = len(buf)
+        self._layout = [(at[0], key, *at[1:]) for key, (at, _c) in found.items()]
+        return {key: c for key, (_at, c) in found.items()}
 
 
 # (backlog_bytes, backlog_pkts, drops, marks, overlimits, tx_bytes, tx_pkts, requeues): queues.csv after t/node/dev
@@ -209,20 +214,9 @@ class QueueFrame:
 
     def _full(self, buf: bytes | memoryview) -> list[QueueRow | None]:
         self.slow += 1
-        found: dict[Key, tuple[int, int, int, int, int]] = {}
-        counters: dict[Key, Counters] = {}
-        for mtype, body, end in iter_messages(buf):
-            if mtype != RTM_NEWQDISC:
-                continue
-            key = _KEY.unpack_from(buf, body)
-            if key not in self.wanted:
-                continue
-            offs = _offsets(buf, body, end)
-            c = _read(buf, *offs)
-            if c is None:
-                raise NetlinkError(f"malformed qdisc stats for ifindex/handle {key}")
-            found[key], counters[key] = (body, *offs), c
-        self._learn(buf, found)
+        scanned = _scan(buf, self.wanted)
+        self._learn(buf, {key: at for key, (at, _c) in scanned.items()})
+        counters = {key: c for key, (_at, c) in scanned.items()}
         return [queue_values(counters.get(leaf), counters.get(root) if root else None) for leaf, root in self.ports]
 
     def _learn(self, buf: bytes | memoryview, found: dict[Key, tuple[int, int, int, int, int]]) -> None:
