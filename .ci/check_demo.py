@@ -25,7 +25,7 @@ def expected_points() -> int | None:
     sys.path.insert(0, str(REPO))
     try:
         from testbed.cli import DEFAULT_SCENARIO
-        from testbed.scenario import load_scenario_file
+        from testbed.spec.scenario import load_scenario_file
 
         return len(load_scenario_file(DEFAULT_SCENARIO).points)
     except Exception as exc:

@@ -14,8 +14,9 @@ from typing import Any
 
 from bench.ring import settle
 from bench.stock import stock_net
-from testbed.fabric import Fabric
-from testbed.fabricspec import FabricSpec
+from testbed.fabric.build import Fabric
+from testbed.host.capabilities import Capabilities
+from testbed.spec.fabric import FabricSpec
 
 TOPOLOGIES: dict[str, dict[str, Any]] = {
     "2x4x2": {"topology": "spine-leaf", "spines": 2, "leaves": 4, "hosts_per_leaf": 2},
@@ -47,7 +48,7 @@ def spec_for(name: str) -> FabricSpec:
     return FabricSpec.from_dict({**TOPOLOGIES[name], "host_link": {"rate": "100Mbit", "mtu": 9000}})
 
 
-def time_ours(spec: FabricSpec, caps: dict[str, Any]) -> tuple[float, float, int, int]:
+def time_ours(spec: FabricSpec, caps: Capabilities) -> tuple[float, float, int, int]:
     fab = Fabric(spec, caps=caps, lock_wait=30)
     t0 = time.monotonic()
     fab.build()
@@ -65,7 +66,7 @@ def time_stock(spec: FabricSpec) -> tuple[float, float]:
     return t1 - t0, time.monotonic() - t1
 
 
-def measure(name: str, caps: dict[str, Any]) -> BuildTimes:
+def measure(name: str, caps: Capabilities) -> BuildTimes:
     spec = spec_for(name)
     settle()
     ob, ot, nodes, links = time_ours(spec, caps)

@@ -15,8 +15,8 @@ from typing import Any
 
 from bench.ring import RingResult, parse_tc_json, ring_trial
 from bench.stock import stock_net
-from testbed.fabric import Fabric
-from testbed.fabricspec import FabricSpec
+from testbed.fabric.build import Fabric
+from testbed.spec.fabric import FabricSpec
 
 RATES_MBIT = (25, 50, 100, 200, 400, 800)
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from bench.ring import settle
-from testbed.fabric import Fabric
-from testbed.fabricspec import FabricSpec
+from testbed.fabric.build import Fabric
+from testbed.host.capabilities import Capabilities
+from testbed.spec.fabric import FabricSpec
 
 RATES_MBIT = (10, 100, 200)
 
@@ -25,10 +25,10 @@ def size_for(rate_mbit: float, ranks: int = 8, seconds: float = 0.5) -> int:
     return int(seconds * rate_mbit * 1e6 / 8 / (2 * (ranks - 1) / ranks))
 
 
-def one_rate(rate_mbit: float, caps: dict[str, Any] | None = None) -> float:
+def one_rate(rate_mbit: float, caps: Capabilities | None = None) -> float:
+    from testbed.spec.workload import parse_job
     from traffic.base import RunContext
     from traffic.ranked import RankedGenerator
-    from traffic.specs import parse_job
 
     spec = FabricSpec.from_dict(
         {
@@ -70,7 +70,7 @@ def one_rate(rate_mbit: float, caps: dict[str, Any] | None = None) -> float:
     return statistics.median(ratios)
 
 
-def measure(caps: dict[str, Any] | None = None) -> dict[float, float | str]:
+def measure(caps: Capabilities | None = None) -> dict[float, float | str]:
     out: dict[float, float | str] = {}
     for rate in RATES_MBIT:
         try:

@@ -69,7 +69,7 @@ def lines(manifests: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 
 def native_scenarios() -> list[Path]:
     """The shipped scenario files that run on this kernel (``kernel: native``)."""
-    from testbed.scenario import load_scenario_file
+    from testbed.spec.scenario import load_scenario_file
 
     return [p for p in sorted(SCENARIOS.glob("*.yaml")) if load_scenario_file(p).base.kernel == "native"]
 
@@ -79,7 +79,7 @@ def measure(out: Path) -> list[dict[str, Any]]:
     import json
 
     from testbed.run import run_file
-    from testbed.scenario import load_scenario_file
+    from testbed.spec.scenario import load_scenario_file
 
     manifests = []
     for path in native_scenarios():

@@ -3,7 +3,7 @@
     python3 -m testbed bench [--only a,b,c,d] [--quick] [--json FILE] [--lock-wait SECONDS]
 
 Figures: (a) emulation capacity vs stock Mininet (bench.capacity), (b) build + teardown time vs stock Mininet
-(bench.buildtime), (c) queue sampling vs ``tc -s qdisc`` polling (testbed.telemetry.bench), (d) ring all-reduce
+(bench.buildtime), (c) queue sampling vs ``tc -s qdisc`` polling (bench.sampler_rate), (d) ring all-reduce
 measured/ideal (bench.collective), (e) headroom: every native shipped scenario once, its CPU against the targets
 (bench.headroom; ``--records DIR`` reads existing records instead of running). The whole run holds /run/testbed-bench.lock (do not wrap it in flock(1): that
 would be a second holder and the bench would wait for itself). See docs/bench.md.
@@ -21,7 +21,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 LOCK = Path("/run/testbed-bench.lock")
 
@@ -71,7 +74,7 @@ def _capacity_text(x: Any, top: float) -> str:
     return text
 
 
-def fig_capacity(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def fig_capacity(quick: bool, caps: Capabilities) -> list[tuple[str, dict[str, Any]]]:
     from bench.capacity import RATES_MBIT, search
 
     rates = (50, 100) if quick else RATES_MBIT
@@ -103,7 +106,7 @@ def fig_capacity(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str,
     return out
 
 
-def fig_build(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def fig_build(quick: bool, caps: Capabilities) -> list[tuple[str, dict[str, Any]]]:
     from bench.buildtime import TOPOLOGIES, measure
 
     out = []
@@ -118,9 +121,9 @@ def fig_build(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str, An
     return out
 
 
-def fig_sampling(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    from testbed.telemetry.bench import compare
-    from testbed.telemetry.benchnet import scale_net
+def fig_sampling(quick: bool, caps: Capabilities) -> list[tuple[str, dict[str, Any]]]:
+    from bench.benchnet import scale_net
+    from bench.sampler_rate import compare
 
     seconds = 2.0 if quick else 3.0
     with scale_net("tbd7", 10, 4) as ports:
@@ -135,7 +138,7 @@ def fig_sampling(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str,
     return [(line, r)]
 
 
-def fig_collective(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def fig_collective(quick: bool, caps: Capabilities) -> list[tuple[str, dict[str, Any]]]:
     try:
         from bench.collective import measure
     except ImportError as exc:
@@ -148,7 +151,7 @@ def fig_collective(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[st
     return [(line, {str(k): v for k, v in res.items()})]
 
 
-def fig_headroom(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def fig_headroom(quick: bool, caps: Capabilities) -> list[tuple[str, dict[str, Any]]]:
     """Every native shipped scenario once (no retakes): one line each (bench.headroom)."""
     import tempfile
 
@@ -158,7 +161,7 @@ def fig_headroom(quick: bool, caps: dict[str, Any]) -> list[tuple[str, dict[str,
         return lines(measure(Path(tmp)))
 
 
-FIGURES: dict[str, Callable[[bool, dict[str, Any]], list[tuple[str, dict[str, Any]]]]] = {
+FIGURES: dict[str, Callable[[bool, Capabilities], list[tuple[str, dict[str, Any]]]]] = {
     "a": fig_capacity,
     "b": fig_build,
     "c": fig_sampling,
@@ -189,7 +192,7 @@ def bench_main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         print("error: the benchmark builds namespaces and needs root", file=sys.stderr)
         return 2
-    from testbed.capabilities import probe
+    from testbed.machine import probe
 
     m = machine()
     results: dict[str, Any] = {"machine": m, "figures": {}}

@@ -52,7 +52,7 @@ class RingResult:
 
 
 def _stop(p: Any) -> None:
-    if hasattr(p, "stop"):  # testbed.procs.Proc: INT -> TERM -> KILL on its process group
+    if hasattr(p, "stop"):  # testbed.host.procs.Proc: INT -> TERM -> KILL on its process group
         p.stop(grace=1.0)
         return
     if p.poll() is None:

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.fabric import Fabric
-from testbed.fabricspec import FabricSpec
+from testbed.fabric.build import Fabric
+from testbed.spec.fabric import FabricSpec
 
 SPEC: dict[str, Any] = {
     "topology": "spine-leaf",

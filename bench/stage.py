@@ -4,7 +4,7 @@
 
 Runs the buffer-sizing scenario's B point (125 KB; the point whose CI takes stalled on 9p flushes) ``--runs``
 times each way, alternating, in one guest: ``direct`` writes queues.csv & co. into the 9p run directory as
-before, ``staged`` lets ``testbed.telemetry.staging`` stage them on /dev/shm. Prints one line per run (achieved
+before, ``staged`` lets ``testbed.host.staging`` stage them on /dev/shm. Prints one line per run (achieved
 sampling rate against the target, longest gap between two dumps, the fidelity verdict) and the medians and
 worst values of each mode. Every record stays under ``--out``.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from testbed.scenario import ScenarioFile, expand
+from testbed.spec.scenario import ScenarioFile, expand
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "buffer_sizing.yaml"
 

@@ -3,7 +3,7 @@
 ``mininet.topo.Topo`` with ``LinuxRouter`` nodes (mininet/examples/linuxrouter.py) and ``TCLink(bw=...)`` on every
 link (its bw is the only TCLink option that works on a kernel without netem/RED; TCLink ignores bw > 1000), IP
 addresses as link params, routes with ``node.cmd('ip route ...')``. Addresses and routes come from
-``testbed.topology`` so both emulators forward the same way. Mininet leaves GSO/TSO on (its default).
+``testbed.spec.topology`` so both emulators forward the same way. Mininet leaves GSO/TSO on (its default).
 
 Interface names carry the bench prefix (``tbd7<node>-<peer>``, made in the root namespace before Mininet moves
 them); Mininet's namespaces are unnamed. ``stock_net`` stops the network with ``net.stop()`` on every exit path and
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.fabricspec import FabricSpec
-from testbed.mininet_compat import import_mininet
-from testbed.routing import route_commands
-from testbed.topology import Topology
+from testbed.fabric.routing import route_commands
+from testbed.host.mininet_compat import import_mininet
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.topology import Topology
 
 PREFIX = "tbd7"
 

@@ -74,7 +74,7 @@ def _sort_value(v: Any) -> tuple[int, float, str]:
         return (1, 0.0, str(v))
     if isinstance(v, (int, float)):
         return (0, float(v), "")
-    from testbed.units import UnitError, parse_bytes, parse_duration, parse_rate
+    from testbed.spec.units import UnitError, parse_bytes, parse_duration, parse_rate
 
     for parse in (parse_bytes, parse_rate, parse_duration):
         try:

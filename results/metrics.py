@@ -14,25 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from results.record import SUMMARY, Run, write_json_atomic
+from results import metrics_fabric
+from results.record import SUMMARY, Run, RunRecord, load_run, write_json_atomic
 from results.stats import jain_index, percentiles
+from results.summary import Summary
 
 SUMMARY_SCHEMA = "testbed-summary/1"
-
-
-class Summary(dict):  # type: ignore[type-arg]
-    """The summary being built: ``put`` a value or ``na`` a reason."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self["not_applicable"] = {}
-
-    def put(self, name: str, value: Any) -> None:
-        self[name] = value
-
-    def na(self, name: str, reason: str) -> None:
-        self[name] = None
-        self["not_applicable"][name] = reason
 
 
 def _span(rows: list[dict[str, Any]]) -> float | None:
@@ -260,8 +247,6 @@ def cpu(run: Run, s: Summary) -> None:
 
 
 def _fabric_metrics() -> list[Callable[[Run, Summary], None]]:
-    from results import metrics_fabric
-
     return [metrics_fabric.queues, metrics_fabric.links, metrics_fabric.ecmp, metrics_fabric.netstat]
 
 
@@ -279,6 +264,17 @@ def write_summary(run: Run) -> dict[str, Any]:
     summary = summarize(run)
     write_json_atomic(run.path / SUMMARY, summary)
     return summary
+
+
+def finish_run(record: RunRecord, status: str = "complete", error: str | None = None) -> None:
+    """Finish the record, then write summary.json from its tables; a summary that fails is named in the manifest
+    (``summary_error``) and raised."""
+    record.finish(status, error)
+    try:
+        write_summary(load_run(record.path))
+    except Exception as exc:
+        record.set("summary_error", f"{type(exc).__name__}: {exc}")
+        raise
 
 
 # The headline metrics every summary carries (computed or not applicable), in table order.

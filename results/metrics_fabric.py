@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from results.metrics import Summary
 from results.record import Run
+from results.summary import Summary
 
 UTIL_WINDOW_S = 0.1  # link utilization max is taken over windows of at least this length (1 ms samples are noisy)
 SPINE_LAYERS = ("spine", "core")

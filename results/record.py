@@ -20,8 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results.tables import SCHEMAS, Table, TableError, TableWriter, read_table
+from results.tables import Table, TableError, TableWriter, read_table
 from testbed.errors import TestbedError
+from testbed.spec.schemas import SCHEMAS
 
 SCHEMA = "testbed-run/1"
 MANIFEST = "manifest.json"
@@ -194,8 +195,8 @@ class RunRecord:
         for w in self._tables.values():
             w.flush()
 
-    def finish(self, status: str = "complete", error: str | None = None, *, summarize: bool = True) -> None:
-        """Close the tables, stamp ``ended_at``/``status`` and (by default) write summary.json from the tables."""
+    def finish(self, status: str = "complete", error: str | None = None) -> None:
+        """Close the tables and stamp ``ended_at``/``status`` (``results.metrics.finish_run`` adds the summary)."""
         if status not in ("complete", "failed"):
             raise RecordError(f"finish status must be complete or failed, got {status!r}")
         for w in self._tables.values():
@@ -204,14 +205,6 @@ class RunRecord:
         if error is not None:
             self.manifest["error"] = error
         self._write_manifest()
-        if summarize:
-            from results.metrics import write_summary
-
-            try:
-                write_summary(load_run(self.path))
-            except Exception as exc:
-                self.set("summary_error", f"{type(exc).__name__}: {exc}")
-                raise
 
     def __enter__(self) -> RunRecord:
         return self
@@ -221,7 +214,7 @@ class RunRecord:
             if exc is None:
                 self.finish("complete")
             else:
-                self.finish("failed", f"{type(exc).__name__}: {exc}", summarize=False)
+                self.finish("failed", f"{type(exc).__name__}: {exc}")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The CSV tables of a run record: their columns and descriptions (schema ``testbed-run/1``), a writer, a reader.
 
-The column lists are the contract with the samplers (``testbed/telemetry``) and generators (``traffic/``);
+The column lists (``testbed.spec.schemas``) are the contract with the samplers and generators;
 docs/record-format.md describes every column. Cells are written with ``repr`` precision for floats so nothing
 measured is rounded away; booleans are written as 0/1.
 """
@@ -17,97 +17,6 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
-
-SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
-    "queues": (
-        (
-            "t",
-            "node",
-            "dev",
-            "backlog_bytes",
-            "backlog_pkts",
-            "drops",
-            "marks",
-            "overlimits",
-            "tx_bytes",
-            "tx_pkts",
-            "requeues",
-        ),
-        "egress queue samples; counters cumulative as read from the kernel; one row per queue per sample",
-    ),
-    "links": (
-        ("t", "node", "dev", "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "tx_drops"),
-        "interface counters over time (cumulative)",
-    ),
-    "cpu": (("t", "cpu", "busy"), "CPU busy fraction 0..1 over the last interval; cpu = all or the core number"),
-    "senders": (
-        (
-            "t",
-            "node",
-            "sport",
-            "dport",
-            "app_limited",
-            "notsent_bytes",
-            "unacked",
-            "cwnd",
-            "bytes_acked",
-            "busy_us",
-            "rwnd_limited_us",
-            "sndbuf_limited_us",
-        ),
-        "TCP_INFO of the backlogged iperf3 senders' sockets over time (sock_diag); timers cumulative",
-    ),
-    "netstat": (("host", "phase", "counter", "value"), "/proc/net/netstat and snmp counters per host at start/end"),
-    "iterations": (
-        (
-            "job",
-            "kind",
-            "algorithm",
-            "iter",
-            "warmup",
-            "t_start",
-            "t_end",
-            "size_bytes",
-            "ranks",
-            "ideal_s",
-            "busbw_factor",
-        ),
-        "one row per collective iteration",
-    ),
-    "steps": (("job", "iter", "rank", "step", "op", "peer", "t_start", "t_end", "bytes"), "collective steps per rank"),
-    "flows": (
-        (
-            "job",
-            "flow_id",
-            "src",
-            "dst",
-            "proto",
-            "sport",
-            "dport",
-            "bytes",
-            "t_start",
-            "t_end",
-            "goodput_bps",
-            "retrans",
-            "path",
-        ),
-        "one row per transport flow",
-    ),
-    "flow_samples": (("job", "flow_id", "t", "bytes", "cwnd", "rtt_us", "retrans"), "TCP_INFO samples per flow"),
-    "fct": (("job", "flow_id", "src", "dst", "size_bytes", "t_start", "t_end", "size_class"), "flow completion times"),
-    "rtt": (("job", "src", "dst", "seq", "t_send", "rtt_s"), "latency probe samples (rtt_s empty when lost)"),
-    "pipeline": (
-        ("job", "iter", "stage", "microbatch", "phase", "op", "peer", "t_start", "t_end", "bytes"),
-        "pipeline-parallel schedule events",
-    ),
-    "worker_cpu": (("job", "rank", "host", "cpu_s", "wall_s"), "CPU seconds each traffic worker used"),
-    "trains": (
-        ("job", "train", "t_start", "t_end", "sent", "received", "ce", "ect", "out_of_order"),
-        "scapy packet trains: what was sent and what arrived",
-    ),
-    "marks": (("node", "dev", "impl", "marks", "ect_seen"), "ECN marker counters at the end of the run"),
-    "events": (("t", "kind", "detail"), "lifecycle events"),
-}
 
 
 class TableError(TestbedError, ValueError):

@@ -101,6 +101,43 @@ class Point:
 
         return list(load_run(self.path).table(name))  # Table is a list of row dicts
 
+    @property
+    def scenario(self) -> dict[str, Any]:
+        """The point's resolved scenario (manifest ``scenario``): typed where the spec types it (``rate_bps``,
+        ``mtu``, ``duration``), sizes and thresholds as written (``"300KB"``, ``marking.k``)."""
+        return dict(self.manifest["scenario"])
+
+    def param(self, dotted: str) -> Any:
+        """One value of the resolved scenario by key path, e.g. ``fabric.host_link.rate_bps``, ``workload.0.size``."""
+        node: Any = self.manifest["scenario"]
+        for key in dotted.split("."):
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        return node
+
+    def port(self, name: str) -> dict[str, Any]:
+        """The egress port ``node:dev`` as the run built it (manifest ``fabric.ports``: ``rate_bps``, ``mtu``,
+        ``buffer_bytes``, ``delay_s``, ``peer``, ...)."""
+        node, dev = name.split(":", 1)
+        found = [p for p in self.manifest["fabric"]["ports"] if p["node"] == node and p["dev"] == dev]
+        if len(found) != 1:
+            raise KeyError(f"{self.path}: {len(found)} ports named {name}")
+        return dict(found[0])
+
+    def hop(self, node: str, peer: str) -> dict[str, Any]:
+        """The egress port of ``node`` towards ``peer`` (one hop of a path)."""
+        found = [p for p in self.manifest["fabric"]["ports"] if p["node"] == node and p["peer"] == peer]
+        if len(found) != 1:
+            raise KeyError(f"{self.path}: {len(found)} ports from {node} to {peer}")
+        return dict(found[0])
+
+    @classmethod
+    def from_record(cls, path: Path) -> Point:
+        """A point read back from a run record (e.g. a reference recorded by another session)."""
+        from results.record import load_run
+
+        rec = load_run(path)
+        return cls(dict(rec.manifest.get("variant") or {}), rec.summary or {}, rec.manifest, path)
+
 
 @dataclass
 class Experiment:
@@ -108,13 +145,34 @@ class Experiment:
     points: list[Point]
     report: Path
     notes: list[str] = field(default_factory=list)
+    sweep: dict[str, list[Any]] = field(default_factory=dict)  # the sweep as run (overrides applied)
+
+    def matching(self, **match: Any) -> list[Point]:
+        """Every point whose variant has these values, in sweep order. Keys are the sweep key's last component (or
+        the whole key); a value is compared with ``==``, or called on the variant's value when it is callable.
+        Several points share a variant only when REVERSED runs one setting at every point."""
+        return [p for p in self.points if _matches(p.variant, match)]
 
     def where(self, **match: Any) -> Point:
-        """The one point whose variant has these values (keys are the sweep's last key component)."""
-        found = [p for p in self.points if all(_last(p.variant).get(k) == v for k, v in match.items())]
+        """The one point whose variant has these values (see ``matching``)."""
+        found = self.matching(**match)
         if len(found) != 1:
             raise KeyError(f"{len(found)} points match {match} among {[p.variant for p in self.points]}")
         return found[0]
+
+    def where_not(self, **match: Any) -> Point:
+        """The one point whose variant does not have these values (the other side of a two-setting sweep)."""
+        found = [p for p in self.points if not _matches(p.variant, match)]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} points do not match {match} among {[p.variant for p in self.points]}")
+        return found[0]
+
+    def common(self, value: Callable[[Point], Any]) -> Any:
+        """``value(point)``, the same at every point: a setting the sweep does not vary."""
+        seen = {repr(v): v for v in (value(p) for p in self.points)}
+        if len(seen) != 1:
+            raise ValueError(f"{self.name}: expected one value at every point, got {sorted(seen)}")
+        return next(iter(seen.values()))
 
     def expect(self, ok: bool, what: str) -> None:
         """Assert with the measured-vs-expected message and where the report is."""
@@ -130,14 +188,20 @@ def _last(variant: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _matches(variant: dict[str, Any], match: dict[str, Any]) -> bool:
+    values = _last(variant)
+    return all(k in values and (want(values[k]) if callable(want) else values[k] == want) for k, want in match.items())
+
+
 def load(name: str) -> dict[str, Any]:
+    """scenarios/<name>.yaml as a dict (test modules: ``scenario_helpers.scenario_data``)."""
     data = yaml.safe_load((HERE / f"{name}.yaml").read_text())
     assert isinstance(data, dict)
     return data
 
 
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
-    from testbed.scenario import _set_path
+    from testbed.spec.scenario import _set_path
 
     _set_path(data, dotted, value)
 
@@ -151,9 +215,9 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
     """``experiment("ecn", **{"fabric.host_link.rate": "50Mbit"})`` runs scenarios/ecn.yaml (with overrides)."""
     from results.cli import defer_report, report_main
     from results.record import load_run
-    from testbed.guestfit import under_tcg
     from testbed.run import run_file
-    from testbed.scenario import expand
+    from testbed.spec.scenario import expand
+    from testbed.vm.guestfit import under_tcg
 
     def run(name: str, data: dict[str, Any] | None = None, **overrides: Any) -> Experiment:
         scenario = copy.deepcopy(data) if data is not None else load(name)
@@ -187,22 +251,38 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
         print(f"\n{name}: {len(results)} runs in {out}; report {report / 'report.html'}")
         if problems:
             pytest.fail(f"{name}: " + "\n  ".join(problems) + f"\n  report: {report}", pytrace=False)
-        return Experiment(name, points, report / "report.html")
+        return Experiment(name, points, report / "report.html", sweep=copy.deepcopy(scenario.get("sweep") or {}))
 
     yield run
 
 
 @pytest.fixture
 def judged(experiment: Callable[..., Experiment]) -> Callable[..., Experiment]:
-    """``judged("ps_incast", judge, reversed_overrides)``: run the scenario, then ``judge(exp)`` (its asserts).
+    """``judged("ps_incast", judge, REVERSED_OVERRIDES)``: run the scenario, then ``judge(exp)`` (its asserts).
 
-    With ``TESTBED_REVERSED=1`` (scenario_helpers.REVERSED: the test of the test) the scenario runs with
-    ``reversed_overrides`` applied (the setting under study undone), so the judge's assertion must fail."""
+    ``REVERSED_OVERRIDES`` is the test module's mapping scenario name -> the overrides that undo the setting under
+    study. With ``TESTBED_REVERSED=1`` (``scenario_helpers.REVERSED``, the test of the test) the scenario runs with
+    those overrides applied, so the judge's assertion must fail."""
     from scenario_helpers import REVERSED
 
-    def run(name: str, judge: Callable[[Experiment], None], reversed_overrides: dict[str, Any]) -> Experiment:
-        exp = experiment(name, **(reversed_overrides if REVERSED else {}))
+    def run(
+        name: str, judge: Callable[[Experiment], None], reversed_overrides: dict[str, dict[str, Any]]
+    ) -> Experiment:
+        undo = reversed_overrides[name]  # also without REVERSED: every judged scenario names its reversed setting
+        exp = experiment(name, **(undo if REVERSED else {}))
         judge(exp)
         return exp
 
     return run
+
+
+@pytest.fixture
+def runs_dir() -> Path:
+    """Where the scenario tests' run records go (``TESTBED_SCENARIO_RUNS``, default runs/scenarios/)."""
+    return RUNS
+
+
+@pytest.fixture
+def recorded() -> Callable[[Path], Point]:
+    """``recorded(path)``: a run record read back as a ``Point`` (e.g. another session's reference run)."""
+    return Point.from_record

@@ -1,16 +1,71 @@
-"""Helpers the scenario tests share: queue percentiles from queues.csv, max-min fair rates over predicted paths,
-and the reversed-setting switch (``TESTBED_REVERSED=1``) used to show that each assertion depends on its setting."""
+"""Helpers the scenario tests share: a scenario file's data, what a point's resolved setting implies (payload rate,
+frame size, marking threshold, a link's RTT, its TCP flows), queue percentiles from queues.csv, max-min fair rates
+over predicted paths, and the reversed-setting switch.
+
+``REVERSED`` (``TESTBED_REVERSED=1``) is the one switch of the test of the test: every test module names the
+overrides that undo its setting in ``REVERSED_OVERRIDES`` (scenario name -> overrides, applied by the ``judged``
+fixture), so that its assertion must fail; a judge that must pick its points differently then reads ``REVERSED``."""
 
 from __future__ import annotations
 
 import itertools
 import os
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 REVERSED = os.environ.get("TESTBED_REVERSED") == "1"
+HERE = Path(__file__).resolve().parent
+
+IP_TCP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps 12
+ETHERNET_HEADER = 14
+
+
+def scenario_data(name: str) -> dict[str, Any]:
+    """scenarios/<name>.yaml as a dict (what the ``experiment`` fixture runs when given no data)."""
+    data = yaml.safe_load((HERE / f"{name}.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def drop_tail(ecn: Any) -> bool:
+    """A value of ``fabric.host_link.ecn`` that means no marking: YAML's ``off`` reads as False, an override's as "off"."""
+    return ecn is False or ecn == "off"
+
+
+def frame_bytes(link: dict[str, Any]) -> int:
+    """A full frame on a link or port (``mtu`` as in the resolved scenario or the manifest's ports): MTU + L2 header."""
+    return int(link["mtu"]) + ETHERNET_HEADER
+
+
+def payload_bps(link: dict[str, Any]) -> float:
+    """The TCP payload rate of a link or port (``rate_bps``, ``mtu``) with full frames."""
+    mtu = link["mtu"]
+    return link["rate_bps"] * (mtu - IP_TCP_HEADERS) / (mtu + ETHERNET_HEADER)
+
+
+def host_k_bytes(point: Any) -> int:
+    """The step-marking threshold K of the point's host links, in bytes."""
+    from testbed.spec.units import parse_size
+
+    link = point.param("fabric.host_link")
+    return parse_size(link["marking"]["k"]).to_bytes(link["mtu"])
+
+
+def link_rtt_s(point: Any, port: str) -> float:
+    """The delay the link of ``port`` (``node:dev``) adds to a round trip: its delay both ways, as built."""
+    there = point.port(port)
+    back = point.hop(there["peer"], there["node"])
+    return float(there["delay_s"] + back["delay_s"])
+
+
+def tcp_flows(point: Any) -> int:
+    """How many long TCP flows the point's iperf jobs run (their ``parallel`` streams counted)."""
+    jobs = point.param("workload")
+    return sum(int(j.get("parallel") or 1) for j in jobs if j["kind"] == "iperf" and j.get("proto", "tcp") == "tcp")
 
 
 def port_rows(rows: Any, port: str) -> list[dict[str, Any]]:

@@ -11,20 +11,23 @@ import numpy as np
 import pytest
 from scenario_helpers import port_rows
 
+from testbed.host.capabilities import Capabilities
+
 GUEST_COMMAND = "python3 -m testbed vm -- /usr/bin/python3 -m pytest -p no:cacheprovider -m stock_kernel scenarios"
 BOTTLENECK = "l1:l1-l1h1"  # every stock scenario sends into l1h1
 
 
-def require_stock_kernel(*needs: str) -> dict[str, Any]:
+def require_stock_kernel(*needs: str) -> Capabilities:
     """Skip (with what is missing and how to run it) unless this kernel has kernel RED / netem / tcp_dctcp."""
-    from testbed.capabilities import probe, stock_missing
+    from testbed.host.capabilities import stock_missing
+    from testbed.host.probe import probe
 
     caps = probe()
     lacking = stock_missing(caps)
     missing = [n for n in lacking if not needs or n in needs]
     if missing:
         pytest.skip(
-            f"this kernel ({caps.get('kernel')}) lacks {', '.join(missing)}: the stock-kernel scenarios run in the "
+            f"this kernel ({caps.kernel}) lacks {', '.join(missing)}: the stock-kernel scenarios run in the "
             f"guest kernel mode: {GUEST_COMMAND}"
         )
     return caps

@@ -9,36 +9,36 @@ uplinks are oversubscribed. Expected cross-spine bytes per iteration: ring 8 x 1
 Measured here (2 MB, 8 ranks, p50 of 6 iterations, one run of the sweep): ring at 1:1 0.286 s, measured/ideal
 1.014 (the same point in scenarios/oversubscription.yaml: 1.017); at 3:1 ring 0.875 s, hierarchical 0.598 s
 (0.68 x); spine bytes hierarchical / ring 85.7 / 198.4 MB = 0.43. At 1:1 hierarchical is slower (0.589 s vs
-0.286 s): the leader's host link carries the intra-rack traffic too. (The two 1:1 points of that run were marked
-not faithful because another user's QEMU guest held a core; the numbers match the faithful 1:1 run of
-oversubscription.yaml.) Thresholds: measured/ideal <= 1.1; on the most oversubscribed point hierarchical p50
-< 0.85 x ring's and spine bytes < 0.6 x ring's. ``TESTBED_REVERSED=1`` runs the non-blocking fabric only
-(``REVERSED``): hierarchical then loses (0.589 vs 0.286 s above), so the time assertion fails.
+0.286 s): the leader's host link carries the intra-rack traffic too. Thresholds: measured/ideal <= 1.1; on the
+most oversubscribed point hierarchical p50 < 0.85 x ring's and spine bytes < 0.6 x ring's. ``TESTBED_REVERSED=1``
+runs the non-blocking fabric only (``REVERSED_OVERRIDES``): hierarchical then loses (0.589 vs 0.286 s above), so
+the time assertion fails.
 """
 
 import pytest
 
-from testbed.fabricspec import parse_ratio
+from testbed.spec.fabric import parse_ratio
 
 pytestmark = [pytest.mark.root, pytest.mark.quick]
 
-REVERSED = {"sweep": {"fabric.oversubscription": ["1:1"], "workload.0.algorithm": ["ring", "hierarchical"]}}
+REVERSED_OVERRIDES = {
+    "algorithms": {"sweep": {"fabric.oversubscription": ["1:1"], "workload.0.algorithm": ["ring", "hierarchical"]}}
+}
 
 
-def _ratio(p):
-    return float(parse_ratio(p.variant["fabric.oversubscription"], "ratio"))
+def _ratio(value) -> float:
+    return float(parse_ratio(value, "ratio"))
 
 
-def _pick(pts, ratio, algorithm):
-    found = [p for p in pts if _ratio(p) == ratio and p.variant["workload.0.algorithm"] == algorithm]
-    assert len(found) == 1, f"{len(found)} points at {ratio}:1 {algorithm}"
-    return found[0]
+def _pick(exp, ratio, algorithm):
+    return exp.where(oversubscription=lambda v: _ratio(v) == ratio, algorithm=algorithm)
 
 
 def judge(exp):
     pts = exp.points
-    low, high = min(_ratio(p) for p in pts), max(_ratio(p) for p in pts)
-    ring1 = _pick(pts, low, "ring")
+    ratios = [_ratio(p.variant["fabric.oversubscription"]) for p in pts]
+    low, high = min(ratios), max(ratios)
+    ring1 = _pick(exp, low, "ring")
     exp.expect(low == 1.0, f"no non-blocking point (lowest ratio {low})")
     mi = ring1["measured_over_ideal"]
     exp.expect(
@@ -46,7 +46,7 @@ def judge(exp):
         f"ring all-reduce on the non-blocking fabric took {mi:.3f} x its ideal time "
         f"2(N-1)/N x S/B (p50 {ring1['coll_iter_p50_s']:.3f} s), expected <= 1.1",
     )
-    ring, hier = _pick(pts, high, "ring"), _pick(pts, high, "hierarchical")
+    ring, hier = _pick(exp, high, "ring"), _pick(exp, high, "hierarchical")
     rb, hb = sum(ring["bytes_per_spine"].values()), sum(hier["bytes_per_spine"].values())
     exp.expect(
         hb < 0.6 * rb,
@@ -66,4 +66,4 @@ def judge(exp):
 
 
 def test_hierarchical_wins_when_oversubscribed_ring_ideal_when_not(judged):
-    judged("algorithms", judge, REVERSED)
+    judged("algorithms", judge, REVERSED_OVERRIDES)

@@ -8,22 +8,26 @@ Measured here (2 MB, 8 ranks, p50 of 5 iterations, one run of the sweep): 1:1 0.
 one iteration with retransmissions), 3:1 0.878 s: t(r)/t(1:1) = 2.03 and 3.06. The same 1:1 and 3:1 ring points
 in scenarios/algorithms.yaml (6 iterations): 0.286 s and 0.875 s. Thresholds: every step of the sweep at least
 1.25 x the previous one, and t(r)/t(1:1) within [0.75, 1.2] x r. ``TESTBED_REVERSED=1`` runs all three points at
-1:1 (``REVERSED``), so the growth assertion fails.
+1:1 (``REVERSED_OVERRIDES``), so the growth assertion fails.
 """
 
 import pytest
 
-from testbed.fabricspec import parse_ratio
+from testbed.spec.fabric import parse_ratio
 
 pytestmark = [pytest.mark.root, pytest.mark.quick]
 
-REVERSED = {"sweep": {"fabric.oversubscription": ["1:1", "1:1", "1:1"]}}
+REVERSED_OVERRIDES = {"oversubscription": {"sweep": {"fabric.oversubscription": ["1:1", "1:1", "1:1"]}}}
+
+
+def _ratio(p) -> float:
+    return float(parse_ratio(p.variant["fabric.oversubscription"], "ratio"))
 
 
 def judge(exp):
-    pts = exp.points  # in sweep order: 1:1, 2:1, 3:1
+    pts = sorted(exp.points, key=_ratio)  # 1:1, 2:1, 3:1 (REVERSED: three 1:1 points, in sweep order)
     exp.expect(len(pts) == 3, f"expected 3 points, got {[p.variant for p in pts]}")
-    ratio = [float(parse_ratio(p.variant["fabric.oversubscription"], "ratio")) for p in pts]
+    ratio = [_ratio(p) for p in pts]
     t = [p["coll_iter_p50_s"] for p in pts]
     shown = ", ".join(f"{p.variant['fabric.oversubscription']}: {x:.3f} s" for p, x in zip(pts, t))
     print(f"\noversubscription: iteration p50 {shown}; t/t(1:1) {', '.join(f'{x / t[0]:.2f}' for x in t)}")
@@ -44,4 +48,4 @@ def judge(exp):
 
 
 def test_iteration_time_grows_with_oversubscription(judged):
-    judged("oversubscription", judge, REVERSED)
+    judged("oversubscription", judge, REVERSED_OVERRIDES)

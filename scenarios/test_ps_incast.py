@@ -4,36 +4,56 @@ Reproduces the parameter-server hot spot of mission.md (hub-and-spoke: the serve
 volume; incast at the server's last hop) and the incast results it lists: drop-tail drops at the server's leaf
 downlink; ECN marking at K there removes the drops (and the retransmission timeouts) and keeps the queue shorter;
 a deeper buffer also cuts drops but adds queueing delay of buffer / rate; sharding over P servers divides the
-load per server port and the iteration time (ideal max(W/P, 1) x S / B: 0.97 s for P = 1, 0.48 s for P = 2).
+load per server port and the iteration time (ideal max(W/P, 1) x S / B: 1.93 s for P = 1, 0.97 s for P = 2, from iterations.csv).
 
-Points in sweep order: servers [l1h1] x (drop-tail 200 KB, ECN K=30 KB at l1->l1h1, 2 MB buffer at l1->l1h1),
-then servers [l1h1, l1h2] x the same three.
-Measured here at 50 Mbit/s hosts (one run of the sweep, 2026-12-01): drop-tail hot queue l1:l1-l1h1 drops 521
-(1 timeout), backlog p99 199 KB, iteration p50 2.30 s; ECN there: drops 26, 3,693 marks, backlog p99 143 KB, p50
-2.05 s; 2 MB buffer: drops 18, backlog p99 1,968 KB, p50 2.53 s; 2 servers: the hot queue carries 36.4 MB instead
-of 72.7 MB, its drops 322, iteration p50 1.21 s (0.53 x). (At 100 Mbit/s hosts the two-server point was once
-CPU-bound here and rightly marked not faithful.)
-Thresholds below have about 2x headroom on these numbers. ``TESTBED_REVERSED=1`` (``REVERSED``: one server in
-both halves, ECN off and the default buffer at the port) leaves the drops where they are, so the test fails.
+Points: servers [l1h1] x (drop-tail 300 KB, ECN K=30 KB at l1->l1h1, 2 MB buffer at l1->l1h1), then servers
+[l1h1, l1h2] x the same three; the judge picks them by their variant. docs/bench.md has the measured figures.
+``TESTBED_REVERSED=1`` (``REVERSED_OVERRIDES``: one server in both halves, ECN off and the default buffer at the
+port) leaves the drops where they are, so the test fails.
 """
 
 import pytest
+from scenario_helpers import REVERSED
 
 pytestmark = [pytest.mark.root, pytest.mark.full]
 
 HOT = "l1:l1-l1h1"
-REVERSED = {
-    "sweep": {
-        "workload.0.servers": [["l1h1"], ["l1h1"]],
-        "fabric.overrides": [[], [{"port": "l1->l1h1", "ecn": "off"}], [{"port": "l1->l1h1", "buffer": "200KB"}]],
+REVERSED_OVERRIDES = {
+    "ps_incast": {
+        "sweep": {
+            "workload.0.servers": [["l1h1"], ["l1h1"]],
+            "fabric.overrides": [[], [{"port": "l1->l1h1", "ecn": "off"}], [{"port": "l1->l1h1", "buffer": "300KB"}]],
+        }
     }
 }
+
+
+def _one(servers) -> bool:
+    return len(servers) == 1
+
+
+def _sets(key):
+    """A ``fabric.overrides`` sweep value that sets ``key`` (ecn, buffer) at a port."""
+    return lambda overrides: any(key in o for o in overrides)
+
+
+def _roles(exp):
+    """(drop-tail, ECN at the hot port, deep buffer there: one server each; sharded over two servers, drop-tail)."""
+    if REVERSED:  # one server in both halves: the second half's drop-tail point stands in for the sharded one
+        base, shard = exp.matching(servers=_one, overrides=[])
+        return base, exp.matching(overrides=_sets("ecn"))[0], exp.matching(overrides=_sets("buffer"))[0], shard
+    return (
+        exp.where(servers=_one, overrides=[]),
+        exp.where(servers=_one, overrides=_sets("ecn")),
+        exp.where(servers=_one, overrides=_sets("buffer")),
+        exp.where(servers=lambda s: len(s) > 1, overrides=[]),
+    )
 
 
 def judge(exp):
     pts = exp.points
     exp.expect(len(pts) == 6, f"expected 6 points (2 server sets x 3 port settings), got {len(pts)}")
-    base, ecn, deep, shard = pts[0], pts[1], pts[2], pts[3]
+    base, ecn, deep, shard = _roles(exp)
     for p in pts:
         hq = p["hottest_queue"]
         print(
@@ -63,13 +83,14 @@ def judge(exp):
         f"{q['backlog_p99_bytes'] / 1e3:.0f} KB",
     )
     qd = deep.queue(HOT)
+    depth = f"{deep.port(HOT)['buffer_bytes'] / 1e6:g} MB buffer"
     exp.expect(
         qd["drops"] <= 0.25 * q["drops"],
-        f"2 MB buffer at {HOT}: {qd['drops']:.0f} drops, expected <= 0.25 x drop-tail's {q['drops']:.0f}",
+        f"{depth} at {HOT}: {qd['drops']:.0f} drops, expected <= 0.25 x drop-tail's {q['drops']:.0f}",
     )
     exp.expect(
         qd["backlog_p99_bytes"] >= 3 * q["backlog_p99_bytes"],
-        f"2 MB buffer at {HOT}: backlog p99 {qd['backlog_p99_bytes'] / 1e3:.0f} KB, expected >= 3 x drop-tail's "
+        f"{depth} at {HOT}: backlog p99 {qd['backlog_p99_bytes'] / 1e3:.0f} KB, expected >= 3 x drop-tail's "
         f"{q['backlog_p99_bytes'] / 1e3:.0f} KB (queueing delay = buffer / rate)",
     )
     hot2 = shard["hottest_queue"]
@@ -92,4 +113,4 @@ def judge(exp):
 
 
 def test_ps_incast_hot_spot_ecn_buffer_sharding(judged):
-    judged("ps_incast", judge, REVERSED)
+    judged("ps_incast", judge, REVERSED_OVERRIDES)

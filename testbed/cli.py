@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
-from testbed.spec import SpecError
+from testbed.spec.fields import SpecError
 
 if TYPE_CHECKING:
     from testbed.run import RunOptions
@@ -19,19 +19,19 @@ DEFAULT_SCENARIO = str(Path(__file__).resolve().parents[1] / "scenarios" / "defa
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from testbed.capabilities import doctor_rows, probe
+    from testbed.machine import doctor_rows, probe
 
     caps = probe()
     if args.json:
-        print(json.dumps(caps, indent=2, sort_keys=True))
+        print(json.dumps(caps.to_dict(), indent=2, sort_keys=True))
         return 0
     rows = doctor_rows(caps)
     widths = [
         max(len(r[i]) for r in rows + [("capability", "status", "without it", "how to get it")]) for i in range(4)
     ]
     print(
-        f"kernel {caps['kernel']} on {caps['machine']}, {caps['cpus']} CPUs"
-        + ("" if caps["root"] else " (not root: namespace trials skipped)")
+        f"kernel {caps.kernel} on {caps.machine}, {caps.cpus} CPUs"
+        + ("" if caps.root else " (not root: namespace trials skipped)")
     )
     for row in [("capability", "status", "without it", "how to get it"), *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -39,7 +39,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from testbed.ownership import clean
+    from testbed.host.ownership import clean
 
     done = clean(quiet=False)
     if not done:
@@ -48,9 +48,9 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _mn_cli(args: argparse.Namespace) -> int:
-    from testbed.fabric import Fabric
-    from testbed.mininet_compat import import_mininet
-    from testbed.scenario import load_scenario
+    from testbed.fabric.build import Fabric
+    from testbed.host.mininet_compat import import_mininet
+    from testbed.spec.scenario import load_scenario
 
     scenario = load_scenario(args.scenario)
     import_mininet()
@@ -60,7 +60,7 @@ def _mn_cli(args: argparse.Namespace) -> int:
         print(f"fabric {fab.prefix}: {len(fab.hosts)} hosts; namespaces are {fab.prefix}-<node>; type `help` or `exit`")
         for name, h in fab.hosts.items():
             print(f"  {name:10s} {h.ip:14s} leaf {h.leaf}")
-        CLI(fab._net)
+        CLI(fab.mininet)
     return 0
 
 
@@ -104,7 +104,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from testbed.calibrate import main as calibrate_main
+    from testbed.calibrate.cli import main as calibrate_main
 
     return calibrate_main(args.rest)
 

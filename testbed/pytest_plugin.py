@@ -44,8 +44,8 @@ def bench_lock() -> Iterator[None]:
 @pytest.fixture
 def fabric_factory() -> Iterator[Callable[..., Any]]:
     """Build fabrics from fabric-section dicts (or FabricSpec); every one is torn down after the test."""
-    from testbed.fabric import Fabric
-    from testbed.fabricspec import FabricSpec
+    from testbed.fabric.build import Fabric
+    from testbed.spec.fabric import FabricSpec
 
     built: list[Fabric] = []
 

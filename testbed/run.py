@@ -18,10 +18,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from results import fidelity
+from results.cli import report_main
+from results.metrics import finish_run
+from results.progress import Progress
 from results.record import RunRecord
-from testbed.capabilities import probe
-from testbed.fabric import Fabric, check_spec
-from testbed.scenario import Scenario, ScenarioFile, load_scenario_file, resolved
+from testbed.fabric.build import Fabric, check_spec
+from testbed.host.capabilities import Capabilities
+from testbed.host.mininet_compat import import_mininet
+from testbed.machine import probe
+from testbed.preflight import budget as pf_budget
+from testbed.preflight.budget import manifest_entry
+from testbed.spec.scenario import Scenario, ScenarioFile, load_scenario_file, resolved
+from testbed.telemetry import PortRef, start_sampler
+from testbed.telemetry.bpfmarks import marks_map_path
+from testbed.telemetry.budget import CpuBudget
+from testbed.telemetry.netstat import snapshot_hosts
+from testbed.telemetry.ports import SenderRef
+from testbed.vm import guestfit, run_in_guest
+from traffic.base import RunContext
+from traffic.iperf import bulk_senders
+from traffic.workload import make_generator, run_workload
 
 SYSCTLS = [
     "net.ipv4.tcp_ecn",
@@ -56,8 +73,6 @@ def tool_versions() -> dict[str, str]:
         except (OSError, IndexError, subprocess.TimeoutExpired):
             out[name] = "not installed"
     try:
-        from testbed.mininet_compat import import_mininet
-
         out["mininet"] = str(getattr(import_mininet(), "VERSION", "") or __import__("mininet.net").net.VERSION)
     except Exception:
         out["mininet"] = "not importable"
@@ -88,8 +103,6 @@ def sysctl_values(fab: Fabric) -> dict[str, dict[str, str]]:
 
 
 def _sampler_ports(fab: Fabric) -> list[Any]:
-    from testbed.telemetry import PortRef
-    from testbed.telemetry.bpfmarks import marks_map_path
 
     bpf = fab.marking.get("ports", {})
     refs = []
@@ -105,8 +118,6 @@ SENDER_HZ = 20.0  # TCP_INFO samples per second of each backlogged iperf3 sender
 
 def _sender_refs(fab: Fabric, scenario: Scenario) -> list[Any]:
     """The namespaces of the workload's backlogged iperf3 clients and their servers' ports, for senders.csv."""
-    from testbed.telemetry.ports import SenderRef
-    from traffic.iperf import bulk_senders
 
     by_src: dict[str, list[int]] = {}
     for src, port in bulk_senders(scenario.workload):
@@ -115,12 +126,11 @@ def _sender_refs(fab: Fabric, scenario: Scenario) -> list[Any]:
 
 
 def run_point(
-    scenario: Scenario, out: Path, caps: dict[str, Any], lock_wait: float = 0.0, retake_of: list[str] | None = None
+    scenario: Scenario, out: Path, caps: Capabilities, lock_wait: float = 0.0, retake_of: list[str] | None = None
 ) -> RunResult:
     """Run one sweep point; always returns (a failure is recorded, not raised), except for Ctrl-C.
 
     ``retake_of`` names the earlier records of this point that failed a fidelity guardrail (manifest ``retake_of``)."""
-    from testbed import guestfit
 
     telemetry, fit_notes = guestfit.fit_telemetry(scenario.telemetry)
     scenario = dataclasses.replace(scenario, telemetry=telemetry)
@@ -133,7 +143,7 @@ def run_point(
         seed=scenario.seed,
         extra={
             "description": scenario.description,
-            "capabilities": caps,
+            "capabilities": caps.to_dict(),
             "tools": tool_versions(),
             "guest": guest_environment(),
             "scale": scenario.scale,
@@ -143,12 +153,7 @@ def run_point(
         },
     )
     try:
-        from testbed import fidelity
-
-        record.set(
-            "preflight", fidelity.preflight(scenario.fabric, scenario.workload, caps, telemetry=scenario.telemetry)
-        )
-        from traffic.workload import make_generator
+        record.set("preflight", manifest_entry(scenario.fabric, scenario.workload, caps, scenario.telemetry))
 
         for i, job in enumerate(scenario.workload):  # refuse before building
             make_generator(job, i).check(caps)
@@ -157,28 +162,25 @@ def run_point(
             _run_on_fabric(record, scenario, fab, caps)
         window = record.manifest.get("traffic_window")
         record.flush()  # the guardrails read flows.csv from disk
-        verdict = fidelity.evaluate_run(record.path, window=tuple(window) if window else None, **guestfit.thresholds())
+        verdict = fidelity.evaluate_run(
+            record.path, window=tuple(window) if window else None, **fidelity.guest_thresholds()
+        )
         record.set("fidelity", verdict)
-        record.finish("complete")
+        finish_run(record)
         return RunResult(record.path, "complete", bool(verdict.get("faithful")))
     except KeyboardInterrupt:
-        record.finish("failed", "interrupted (Ctrl-C)", summarize=False)
+        record.finish("failed", "interrupted (Ctrl-C)")
         raise
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
         (record.path / "raw" / "traceback.txt").write_text(traceback.format_exc())
-        record.finish("failed", error, summarize=False)
+        record.finish("failed", error)
         if not isinstance(exc, Exception):
             raise
         return RunResult(record.path, "failed", None, error)
 
 
-def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: dict[str, Any]) -> None:
-    from testbed.telemetry import start_sampler
-    from testbed.telemetry.budget import CpuBudget
-    from testbed.telemetry.netstat import snapshot_hosts
-    from traffic.base import RunContext
-    from traffic.workload import run_workload
+def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Capabilities) -> None:
 
     record.update(
         {
@@ -235,9 +237,10 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: dic
             netstat.write(row)
         record.set("sampler_health", sampler.stop())
         record.set("tc_after", tc_text(fab))
-        if fab._markers is not None:
+        bpf_marks = fab.read_marks()
+        if bpf_marks is not None:
             marks = record.table("marks")
-            for (ns, dev), c in fab._markers.read_marks().items():
+            for (ns, dev), c in bpf_marks.items():
                 node = ns.split("-", 1)[1]
                 marks.write(
                     {"node": node, "dev": dev, "impl": "bpf", "marks": c.get("marks"), "ect_seen": c.get("ect_seen")}
@@ -255,15 +258,13 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaith
     is run again up to ``retake_unfaithful`` times. The unfaithful records stay on disk, the retake's manifest names
     them (``retake_of``) and the result lists them (``retaken``); a point that never ran faithfully stays unfaithful.
     """
-    from results.progress import Progress
 
     caps = probe()
-    from testbed import guestfit, preflight
 
     for point in sf.points:  # refuse what cannot run here before the first point starts
         check_spec(point.fabric, caps)
         guestfit.check_fabric(point.fabric)
-        preflight.require_budget(point, caps)
+        pf_budget.require_budget(point, caps)
     progress = Progress(len(sf.points))
     progress.plan([p.duration_s + 5 for p in sf.points])
     results = []
@@ -298,7 +299,6 @@ class RunOptions:
 
 def _in_guest(args: RunOptions, kernel: str) -> int:
     """Re-run this command inside a pinned stock kernel (testbed vm) and return its exit code."""
-    from testbed.vm import run_in_guest
 
     argv = [
         "/usr/bin/python3",
@@ -338,8 +338,6 @@ def run_main(args: RunOptions) -> int:
         flag = "" if r.faithful is not False else " (NOT FAITHFUL: see the manifest's fidelity)"
         print(f"{r.status:9s} {r.path}{flag}" + (f"  {r.error}" if r.error else ""))
     if args.report:
-        from results.cli import report_main
-
         report_dir = out / "reports" / results[0].path.name
         report_main([*(str(r.path) for r in results), "-o", str(report_dir)])
         print(f"HTML report: {(report_dir / 'report.html').resolve()}")

@@ -12,14 +12,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from results.tables import SCHEMAS
 from testbed.errors import TestbedError
-from testbed.procs import Proc, ProcessGroup
-from testbed.spec import LinkSpec
-from testbed.topology import HostInfo
+from testbed.host.procs import Proc, ProcessGroup
+from testbed.spec.link import LinkSpec
+from testbed.spec.schemas import SCHEMAS
+from testbed.spec.topology import HostInfo
 from traffic.gate import gate_env
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = "/usr/bin/python3"
@@ -59,18 +62,18 @@ class RunContext:
 class Generator(Protocol):
     name: str
 
-    def check(self, caps: dict[str, Any]) -> None: ...
+    def check(self, caps: Capabilities) -> None: ...
     def start(self, ctx: RunContext) -> None: ...
     def wait(self, timeout: float) -> None: ...
     def stop(self) -> None: ...
     def parse(self, raw_dir: Path) -> Rows: ...
 
 
-def check_cc(caps: dict[str, Any], cc: str | None, job: str) -> None:
-    """A per-socket congestion control must exist in this kernel (the probe's ``cc.<name>`` key)."""
-    if cc == "dctcp" and (caps.get("ecn") or {}).get("dctcp") in ("kernel", "bpf"):
+def check_cc(caps: Capabilities, cc: str | None, job: str) -> None:
+    """A per-socket congestion control must exist in this kernel (the probe's ``cc.<name>``; unknown passes)."""
+    if cc == "dctcp" and caps.ecn.dctcp in ("kernel", "bpf"):
         return  # the run provides it: the kernel module, or the project's BPF struct_ops DCTCP
-    if cc is not None and caps.get(f"cc.{cc}") is False:
+    if cc is not None and caps.cc.get(cc) is False:
         raise GeneratorError(f"job {job}: congestion control {cc} is not available in this kernel")
 
 
@@ -106,7 +109,7 @@ class ProcGenerator:
         self.timeout = 60.0
         self._started_at = 0.0
 
-    def check(self, caps: dict[str, Any]) -> None:
+    def check(self, caps: Capabilities) -> None:
         pass
 
     def _spawn(

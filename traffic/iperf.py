@@ -12,10 +12,13 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from testbed.spec.workload import IperfJob
 from traffic.base import GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host
-from traffic.specs import IperfJob
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 IPERF = "iperf3"
 LOOP = (
@@ -66,9 +69,9 @@ class IperfGenerator(ProcGenerator):
             return 1, s.duration, 0.0
         return max(1, math.floor((s.duration + s.off) / (s.on + s.off))), s.on, s.off
 
-    def check(self, caps: dict[str, Any]) -> None:
+    def check(self, caps: Capabilities) -> None:
         check_cc(caps, self.spec.cc, self.name)
-        if caps.get("tool.iperf3") is False:
+        if caps.tools.get("iperf3") is False:
             raise GeneratorError(f"job {self.name}: iperf3 is not installed (apt install iperf3)")
 
     def client_argv(self, dst_ip: str, cc: str | None = None) -> list[str]:

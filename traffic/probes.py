@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from testbed.units import format_bytes
+from testbed.spec.units import format_bytes
+from testbed.spec.workload import RttProbeJob, ShortFlowsJob
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
-from traffic.specs import RttProbeJob, ShortFlowsJob
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 TOOL = [PYTHON, "-m", "traffic.flowtools"]
 
@@ -23,7 +26,7 @@ class RttProbeGenerator(ProcGenerator):
         self.port = 7000 + 10 * index
         self.timeout = spec.duration + 20
 
-    def check(self, caps: dict[str, Any]) -> None:
+    def check(self, caps: Capabilities) -> None:
         check_cc(caps, self.spec.cc, self.name)
 
     def start(self, ctx: RunContext) -> None:
@@ -107,7 +110,7 @@ class ShortFlowsGenerator(ProcGenerator):
         self.port = 9000 + 10 * index
         self.timeout = spec.timeout
 
-    def check(self, caps: dict[str, Any]) -> None:
+    def check(self, caps: Capabilities) -> None:
         check_cc(caps, self.spec.cc, self.name)
 
     def start(self, ctx: RunContext) -> None:

@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.topology import HostInfo
+from testbed.spec.topology import HostInfo
+from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob
 from traffic import formulas
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
-from traffic.specs import CollectiveJob, PipelineJob, PsJob
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 
 def resolve_ranks(ranks: str | tuple[str, ...], hosts: dict[str, HostInfo], job: str) -> list[HostInfo]:
@@ -49,7 +52,7 @@ class RankedGenerator(ProcGenerator):
         self.port = 20000 + 10 * index
         self.timeout = spec.timeout
 
-    def check(self, caps: dict[str, Any]) -> None:
+    def check(self, caps: Capabilities) -> None:
         check_cc(caps, self.spec.cc, self.name)
         s = self.spec
         hd = isinstance(s, CollectiveJob) and s.algorithm == "halving_doubling"

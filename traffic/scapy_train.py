@@ -20,11 +20,14 @@ import sys
 import time
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from testbed.spec.workload import ScapyTrainJob
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, host, read_jsonl
 from traffic.gate import ready_then_wait
-from traffic.specs import ScapyTrainJob
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 ECN = {"not_ect": 0, "ect1": 1, "ect0": 2, "ce": 3}
 ROCE_PORT = 4791
@@ -148,7 +151,7 @@ class ScapyTrainGenerator(ProcGenerator):
         self.index = index
         self.timeout = spec.trains * (spec.gap + 0.05) + 30
 
-    def check(self, caps: dict[str, Any]) -> None:
+    def check(self, caps: Capabilities) -> None:
         try:
             import scapy.contrib.roce  # noqa: F401
         except ImportError as exc:

@@ -10,15 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from traffic.base import Generator, GeneratorError, Rows, RunContext
-from traffic.gate import write_atomic
-from traffic.iperf import IperfGenerator
-from traffic.probes import RttProbeGenerator, ShortFlowsGenerator
-from traffic.ranked import RankedGenerator
-from traffic.scapy_train import ScapyTrainGenerator
-from traffic.specs import (
+from testbed.spec.workload import (
     CollectiveJob,
     IperfJob,
     JobSpec,
@@ -28,6 +22,15 @@ from traffic.specs import (
     ScapyTrainJob,
     ShortFlowsJob,
 )
+from traffic.base import Generator, GeneratorError, Rows, RunContext
+from traffic.gate import write_atomic
+from traffic.iperf import IperfGenerator
+from traffic.probes import RttProbeGenerator, ShortFlowsGenerator
+from traffic.ranked import RankedGenerator
+from traffic.scapy_train import ScapyTrainGenerator
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 
 def make_generator(spec: JobSpec, index: int) -> Generator:
@@ -60,7 +63,7 @@ def parse_all(gens: Sequence[Generator], raw_dir: Path) -> Rows:
 def run_workload(
     jobs: Sequence[JobSpec],
     ctx: RunContext,
-    caps: dict[str, Any],
+    caps: Capabilities,
     timeout: float,
     on_event: Callable[[str, str], None] | None = None,
     predict_path: Callable[[str, str, str, int, int], list[str]] | None = None,

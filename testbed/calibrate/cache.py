@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.calibrate.record import Calibration, Machine
+from testbed.preflight.model import FALLBACK, CostModel
 
 CACHE = Path("/var/lib/testbed/calibration.json")
 
@@ -37,6 +38,12 @@ def load_matching(path: Path = CACHE, machine: Machine | None = None) -> Calibra
     if cal is None or not cal.matches(machine or Machine.here()):
         return None
     return cal
+
+
+def current_model(path: Path = CACHE) -> CostModel:
+    """This machine's calibrated cost model (the cache, when it matches this machine), else ``FALLBACK``."""
+    cal = load_matching(path)
+    return cal.model if cal is not None else FALLBACK
 
 
 def status(path: Path = CACHE, machine: Machine | None = None) -> dict[str, Any]:

@@ -51,10 +51,13 @@ def format_calibration(cal: Calibration) -> str:
 
 def predict_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
     """Every point of every scenario file: its predicted load against the budget (with this machine's model)."""
-    from testbed.preflight import check_budget, current_model, variant_text
-    from testbed.scenario import load_scenario_file
+    from testbed.calibrate.cache import current_model
+    from testbed.host.capabilities import Capabilities
+    from testbed.preflight.budget import check_budget
+    from testbed.preflight.labels import variant_text
+    from testbed.spec.scenario import load_scenario_file
 
-    caps = {"cpus": os.cpu_count() or 1}
+    caps = Capabilities(cpus=os.cpu_count() or 1)
     model = current_model()
     out = []
     for path in paths:
@@ -121,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=CACHE, help=f"where the calibration is kept (default {CACHE})")
     args = ap.parse_args(argv)
     if args.predict:
-        from testbed.preflight import cpu_budget, current_model
+        from testbed.calibrate.cache import current_model
+        from testbed.preflight.budget import cpu_budget
 
         rows = predict_rows(args.predict)
         if args.json:

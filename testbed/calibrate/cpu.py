@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from testbed.procs import CLK_TCK
+from testbed.host.procs import CLK_TCK
 from testbed.telemetry.budget import read_proc_stat
 
 PF_KTHREAD = 0x00200000  # task flag of kernel threads (/proc/PID/stat field 9)

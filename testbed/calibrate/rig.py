@@ -12,7 +12,7 @@ from typing import Any
 
 from testbed.calibrate.record import SamplerSample
 
-SAMPLER_HZ, SAMPLER_LINK_HZ, SAMPLER_CPU_HZ = 1000.0, 100.0, 10.0  # a run's defaults (testbed.scenario)
+SAMPLER_HZ, SAMPLER_LINK_HZ, SAMPLER_CPU_HZ = 1000.0, 100.0, 10.0  # a run's defaults (testbed.spec.scenario)
 
 
 def fabric_spec_dict(rate_bps: float, mtu: int) -> dict[str, Any]:
@@ -29,9 +29,9 @@ def fabric_spec_dict(rate_bps: float, mtu: int) -> dict[str, Any]:
 
 
 def set_links(fab: Any, mtu: int, rate_bps: float) -> None:
-    """Every port of the built fabric to ``mtu`` and ``rate_bps`` (the HTB class as testbed.tc builds it)."""
-    from testbed import tc
-    from testbed.procs import run_checked
+    """Every port of the built fabric to ``mtu`` and ``rate_bps`` (the HTB class as testbed.fabric.tc builds it)."""
+    from testbed.fabric import tc
+    from testbed.host.procs import run_checked
 
     frame = mtu + tc.ETH_HEADER
     burst = 2 * frame
@@ -51,7 +51,7 @@ def set_links(fab: Any, mtu: int, rate_bps: float) -> None:
 
 def tx_counters(fab: Any) -> tuple[int, int, int]:
     """(tx packets, tx bytes) summed over every interface of every node, and tx packets of the hosts alone."""
-    from testbed.procs import run_checked
+    from testbed.host.procs import run_checked
 
     pk = by = host = 0
     for node in fab.topo.nodes:

@@ -141,8 +141,8 @@ def measure(
 ) -> Calibration:
     """Build the calibration fabric once; measure its idle baseline, the sampler alone (all namespaces, then a
     few), and the ring with the sampler at every (MTU, rate) of ``plan``; fit. ``log`` gets one line per step."""
-    from testbed.fabric import Fabric
-    from testbed.fabricspec import FabricSpec
+    from testbed.fabric.build import Fabric
+    from testbed.spec.fabric import FabricSpec
 
     t_start = time.monotonic()
     first_mtu, first_rates = plan[0]

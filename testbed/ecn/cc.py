@@ -85,6 +85,11 @@ class CongestionControl:
         self._struct_ops_id: int | None = None
         self._obj_copy: Path | None = None
 
+    @property
+    def struct_ops_id(self) -> int | None:
+        """The id of the BPF struct_ops DCTCP this manager registered (for `testbed clean`), None if none."""
+        return self._struct_ops_id
+
     def kernel_name(self, cc: str) -> str:
         if cc not in self.names:
             raise EcnError(f"congestion control {cc!r} was not prepared for this run (call prepare first)")

@@ -2,32 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from testbed.ecn.errors import EcnError
 from testbed.ecn.red import red_args, red_params
-from testbed.spec import LinkSpec, Marking
+from testbed.host.capabilities import Capabilities
+from testbed.spec.link import LinkSpec, Marking
 
 Impl = Literal["kernel", "bpf"]
 
 
-def _ecn_caps(caps: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Accept probe()'s dict flat or nested under caps["ecn"] (as the capability probe may store it)."""
-    inner = caps.get("ecn")
-    return inner if isinstance(inner, Mapping) else caps
-
-
-def choose_impl(marking: Marking, caps: Mapping[str, Any]) -> Impl:
+def choose_impl(marking: Marking, caps: Capabilities) -> Impl:
     """auto -> kernel if sch_red exists, else bpf; an explicit impl that is unavailable raises EcnError.
 
-    ``caps`` holds ``sch_red`` / ``bpf_marker`` (bools) and ``sch_red_reason`` / ``bpf_marker_reason`` (why not),
-    as ``testbed.ecn.probe`` returns them. Drop-tail needs no marker: ``kernel`` (a plain fifo) unless bpf was asked.
+    ``caps.ecn`` holds ``sch_red`` / ``bpf_marker`` and ``sch_red_reason`` / ``bpf_marker_reason`` (why not), as
+    ``testbed.ecn.probe`` found them. Drop-tail needs no marker: ``kernel`` (a plain fifo) unless bpf was asked.
     """
-    c = _ecn_caps(caps)
-    red_ok, bpf_ok = bool(c.get("sch_red")), bool(c.get("bpf_marker"))
-    red_why = c.get("sch_red_reason") or "sch_red is not in this kernel"
-    bpf_why = c.get("bpf_marker_reason") or "the eBPF marker cannot be loaded here"
+    c = caps.ecn
+    red_ok, bpf_ok = bool(c.sch_red), bool(c.bpf_marker)
+    red_why = c.sch_red_reason or "sch_red is not in this kernel"
+    bpf_why = c.bpf_marker_reason or "the eBPF marker cannot be loaded here"
     if marking.mode == "off":
         return "bpf" if marking.impl == "bpf" else "kernel"
     if marking.impl == "kernel":

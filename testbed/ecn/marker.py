@@ -15,7 +15,7 @@ from pathlib import Path
 from testbed.ecn import bpfsys
 from testbed.ecn.errors import EcnError
 from testbed.ecn.sysrun import BPFFS, ensure_bpffs, run, tool
-from testbed.spec import LinkSpec, Marking
+from testbed.spec.link import LinkSpec, Marking
 
 CFG = struct.Struct("<IIII")  # mode, low, high, pmax (struct marker_cfg)
 STATS_FIELDS = ("marks", "ect_seen", "not_ect", "max_backlog", "unreadable")  # struct marker_stats, u64 each

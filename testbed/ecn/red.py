@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from testbed.spec import ETH_HEADER, LinkSpec, Marking
+from testbed.spec.link import ETH_HEADER, LinkSpec, Marking
 
 P_CEILING = 0.999  # tc converts probability * 2^32 to u32; 1.0 would overflow it
 

@@ -14,13 +14,17 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from testbed.calibrate.cache import current_model
 from testbed.errors import TestbedError
-from testbed.fabricspec import FabricSpec
 from testbed.preflight.labels import point_label
 from testbed.preflight.load import Estimate, estimate, preflight
-from testbed.preflight.model import CostModel, current_model
+from testbed.preflight.model import CostModel
+from testbed.spec.fabric import FabricSpec
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 # Share of the machine a point may be predicted to use: the rest is headroom for what the model leaves out (the
 # traffic workers' Python, bursts above the mean) and for a slower machine of the same kind.
@@ -126,7 +130,7 @@ def _round_down(x: float, digits: int = 2) -> float:
 def max_host_rate(
     spec: FabricSpec,
     workload: Iterable[Any],
-    caps: Mapping[str, Any] | None,
+    caps: Capabilities | None,
     model: CostModel,
     telemetry: Any,
     budget: float,
@@ -155,13 +159,13 @@ def max_host_rate(
 
 def check_budget(
     point: Any,
-    caps: Mapping[str, Any] | None,
+    caps: Capabilities | None,
     model: CostModel | None = None,
     env: Mapping[str, str] | None = None,
 ) -> BudgetVerdict:
     """A scenario point's predicted load (forwarding + queue sampler, with the telemetry it will run with) against
     the budget. ``model`` defaults to this machine's calibration (else ``FALLBACK``)."""
-    from testbed import guestfit
+    from testbed.vm import guestfit
 
     model = current_model() if model is None else model
     budget = cpu_budget(env)
@@ -180,7 +184,7 @@ def check_budget(
 
 def require_budget(
     point: Any,
-    caps: Mapping[str, Any] | None,
+    caps: Capabilities | None,
     model: CostModel | None = None,
     env: Mapping[str, str] | None = None,
 ) -> BudgetVerdict:
@@ -197,7 +201,7 @@ def require_budget(
 def manifest_entry(
     spec: FabricSpec,
     workload: Iterable[Any],
-    caps: Mapping[str, Any] | None = None,
+    caps: Capabilities | None = None,
     telemetry: Any = None,
     model: CostModel | None = None,
     env: Mapping[str, str] | None = None,
@@ -208,7 +212,7 @@ def manifest_entry(
     model = current_model() if model is None else model
     jobs = list(workload)
     if telemetry is not None:
-        from testbed import guestfit
+        from testbed.vm import guestfit
 
         telemetry, _ = guestfit.fit_telemetry(telemetry, env)
     e = estimate(spec, jobs, caps, model, telemetry)

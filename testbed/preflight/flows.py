@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.fabricspec import FabricSpec
-from testbed.topology import HostInfo, Topology
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.topology import HostInfo, Topology
 
 
 @dataclass(frozen=True)

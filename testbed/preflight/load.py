@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.fabricspec import FabricSpec
 from testbed.preflight.flows import flow_paths
 from testbed.preflight.model import FALLBACK, CostModel, forwarding_core_s, packets, sampler_core_s, sampler_rows_per_s
 from testbed.preflight.timeline import intervals
-from testbed.topology import Topology
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.topology import Topology
+
+if TYPE_CHECKING:
+    from testbed.host.capabilities import Capabilities
 
 LOAD_WARN = 0.8  # forwarding share of all cores above which the emulation is likely CPU-bound
 
@@ -64,8 +67,8 @@ class Estimate:
         }
 
 
-def _cores(caps: Mapping[str, Any] | None) -> int:
-    return int((caps or {}).get("cpus") or os.cpu_count() or 1)
+def _cores(caps: Capabilities | None) -> int:
+    return int((caps.cpus if caps is not None else None) or os.cpu_count() or 1)
 
 
 def _phase_estimate(
@@ -125,7 +128,7 @@ def _mean(parts: list[tuple[float, Estimate]]) -> Estimate:
 def estimate(
     spec: FabricSpec,
     workload: Iterable[Any],
-    caps: Mapping[str, Any] | None = None,
+    caps: Capabilities | None = None,
     model: CostModel = FALLBACK,
     telemetry: Any = None,
     link_bps: float | None = None,
@@ -156,7 +159,7 @@ def estimate(
 def preflight(
     spec: FabricSpec,
     workload: Iterable[Any],
-    caps: Mapping[str, Any] | None = None,
+    caps: Capabilities | None = None,
     model: CostModel = FALLBACK,
 ) -> list[str]:
     """Warnings for a scenario whose offered load this machine probably cannot emulate faithfully."""

@@ -13,7 +13,7 @@ moved (a packet left it since the last tick: probability 1 - exp(-pps / hz)), el
 links.csv likewise at ``link_hz``, per interface. The traffic processes' own user time (Python workers, iperf3's)
 is not modelled.
 
-The coefficients come from ``testbed calibrate`` (``testbed.calibrate``), cached per machine: ``current_model``.
+The coefficients come from ``testbed calibrate``, cached per machine: ``testbed.calibrate.cache.current_model``.
 """
 
 from __future__ import annotations
@@ -67,14 +67,6 @@ class CostModel:
 
 
 FALLBACK = CostModel()
-
-
-def current_model() -> CostModel:
-    """This machine's calibrated model (``testbed calibrate``'s cache), else ``FALLBACK``."""
-    from testbed.calibrate import load_matching
-
-    cal = load_matching()
-    return cal.model if cal is not None else FALLBACK
 
 
 def packets(rate_bps: float, mtu: int) -> tuple[float, float]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from testbed.preflight.flows import job_flows
-from testbed.topology import Topology
+from testbed.spec.topology import Topology
 
 
 def job_span(job: Any) -> tuple[float, float]:

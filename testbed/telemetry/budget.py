@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Protocol
 
-from testbed.procs import CLK_TCK
+from testbed.host.procs import CLK_TCK
 
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 ROLES = ("sampler", "workers", "iperf3", "probes", "scapy", "main", "other")

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.procs import Proc, ProcessGroup
+from testbed.host.procs import Proc, ProcessGroup
+from testbed.host.staging import Stage
 from testbed.telemetry.ports import PortRef, SamplerConfig
 from testbed.telemetry.sampler import SamplerError
-from testbed.telemetry.staging import Stage
 
 WRITTEN = ("queues.csv", "links.csv", "cpu.csv", "senders.csv", "sampler_health.json")
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.errors import TestbedError
+from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry.bpfmarks import BpfMarks
 from testbed.telemetry.cpu import CPU_HEADER, CpuSampler
 from testbed.telemetry.fastpath import LinkFrame, LinkRow, QueueFrame, QueueRow, queue_values
@@ -50,20 +51,8 @@ from testbed.telemetry.senders import SENDERS_HEADER, SenderPoller
 
 __all__ = ["LINKS_HEADER", "QUEUES_HEADER", "NsPoller", "Sampler", "SamplerError", "poll_once", "queue_values"]
 
-QUEUES_HEADER = (
-    "t",
-    "node",
-    "dev",
-    "backlog_bytes",
-    "backlog_pkts",
-    "drops",
-    "marks",
-    "overlimits",
-    "tx_bytes",
-    "tx_pkts",
-    "requeues",
-)
-LINKS_HEADER = ("t", "node", "dev", "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "tx_drops")
+QUEUES_HEADER = SCHEMAS["queues"][0]
+LINKS_HEADER = SCHEMAS["links"][0]
 MARKS_NOTE = (
     "marks: RED leaf -> tc_red_xstats.marked every sample; port with marks_map -> the eBPF marker's per-CPU stats "
     "map summed, refreshed at link_hz; otherwise empty (not 0: nothing on that port counts marks)"

@@ -15,25 +15,13 @@ recorded too; the guardrail keeps only the flows' own (flows.csv sport).
 
 from __future__ import annotations
 
+from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry.netns import run_in_netns
 from testbed.telemetry.ports import SenderRef
 from testbed.telemetry.sockdiag import SockDiag, SockId
 from testbed.telemetry.tcpinfo import TcpInfo
 
-SENDERS_HEADER = (
-    "t",
-    "node",
-    "sport",
-    "dport",
-    "app_limited",
-    "notsent_bytes",
-    "unacked",
-    "cwnd",
-    "bytes_acked",
-    "busy_us",
-    "rwnd_limited_us",
-    "sndbuf_limited_us",
-)
+SENDERS_HEADER = SCHEMAS["senders"][0]
 DISCOVER_S = 1.0  # how often a namespace is dumped while it has no known socket, or lost one
 REDISCOVER_S = 5.0  # how often once its sockets are known (more streams may connect: iperf3 -P)
 

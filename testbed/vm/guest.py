@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from testbed.ownership import BusyError, RunLock
+from testbed.host.ownership import BusyError, RunLock
 from testbed.vm.accel import Accel, choose_accel
 from testbed.vm.command import VngOptions, build_vng_command, parse_ready
 from testbed.vm.errors import GuestTimeout, VmError
@@ -211,7 +211,7 @@ def run_in_guest(
     /run/testbed-bench.lock on the host for the guest's lifetime (TCG uses every core); leave it False when the
     caller already holds it (a second open of the lock would wait on itself).
 
-    ``run_lock`` holds the host's run lock (/run/testbed/lock, ``testbed.ownership.RunLock``) for the guest's
+    ``run_lock`` holds the host's run lock (/run/testbed/lock, ``testbed.host.ownership.RunLock``) for the guest's
     lifetime, waiting up to ``lock_wait`` s for a native run to finish: under TCG QEMU uses every core, so no native
     fabric may build (and measure) while a guest runs; a native run started meanwhile waits or is refused with
     "another testbed run is active (... guest-kernel run)". The guest's own runs lock the guest's /run.

@@ -17,6 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
+from results.metrics import finish_run
 from results.record import RunRecord
 
 OUT = Path(__file__).resolve().parent / "runs"
@@ -334,7 +335,7 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
         "tc_after", {"l2": f"qdisc bfifo 10: parent 1:1 limit {buf}b\n Sent {tx[hot]} bytes (dropped {drops[hot]})"}
     )
     rec.event("finished", "all jobs done", t=t0 + DUR)
-    rec.finish("complete")
+    finish_run(rec)
     return rec.path
 
 

@@ -16,10 +16,14 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="ne
 
 
 def test_short_calibration_measures_and_caches(tmp_path: Path) -> None:
-    from testbed import calibrate, preflight
+    from testbed.calibrate import cache as cal_cache
+    from testbed.calibrate import cli as cal_cli
+    from testbed.calibrate import record as cal_record
+    from testbed.calibrate import trials as cal_trials
+    from testbed.preflight import model as pf_model
 
     lines: list[str] = []
-    cal = calibrate.measure(
+    cal = cal_trials.measure(
         plan=((9000, (50e6,)), (1500, (8e6,))), window_s=1.5, idle_s=1.0, lock_wait=1800, log=lines.append
     )
     assert len(cal.forwarding) == 2 and len(cal.sampler) == 4, lines
@@ -30,12 +34,12 @@ def test_short_calibration_measures_and_caches(tmp_path: Path) -> None:
     assert {s.traffic for s in cal.sampler} == {True, False}
     assert all(s.cpu_s > 0 and s.ticks > 0 for s in cal.sampler)
     # a packet's trip through one veth costs between a microsecond and a tenth of a millisecond on any machine
-    assert 1e-6 <= cal.model.crossing_cost(9014) <= 1e-4, calibrate.format_calibration(cal)
+    assert 1e-6 <= cal.model.crossing_cost(9014) <= 1e-4, cal_cli.format_calibration(cal)
     assert cal.sampler_per_netns_s > 0 and cal.sampler_per_row_s >= 0
-    assert cal.matches(calibrate.Machine.here()) and cal.revision
+    assert cal.matches(cal_record.Machine.here()) and cal.revision
 
     path = tmp_path / "calibration.json"
-    calibrate.save(cal, path)
-    assert calibrate.load_matching(path) == cal
-    assert calibrate.status(path)["status"] == "calibrated"
-    assert isinstance(cal.model, preflight.CostModel) and cal.model.calibrated
+    cal_cache.save(cal, path)
+    assert cal_cache.load_matching(path) == cal
+    assert cal_cache.status(path)["status"] == "calibrated"
+    assert isinstance(cal.model, pf_model.CostModel) and cal.model.calibrated

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.ownership import BusyError, RunLock, list_netns
+from testbed.host.ownership import BusyError, RunLock, list_netns
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys, time
-from testbed.fabricspec import FabricSpec
-from testbed.fabric import Fabric
+from testbed.spec.fabric import FabricSpec
+from testbed.fabric.build import Fabric
 fab = Fabric(FabricSpec.from_dict({"spines": 2, "leaves": 2, "hosts_per_leaf": 1}), lock_wait=300)
 fab.build()
 fab.procs.spawn("sleeper", ["sleep", "300"], netns=fab.hosts["l1h1"].netns)

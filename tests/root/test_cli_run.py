@@ -89,7 +89,7 @@ def test_run_a_small_scenario(tmp_path: Path) -> None:
 def test_demo(tmp_path: Path) -> None:
     """README's first command (`setup.sh demo` execs `python3 -m testbed demo`): the default experiment, 2 points."""
     from testbed.cli import DEFAULT_SCENARIO
-    from testbed.scenario import load_scenario_file
+    from testbed.spec.scenario import load_scenario_file
 
     points = len(load_scenario_file(Path(DEFAULT_SCENARIO)).points)
     out = tmp_path / "demo"

@@ -20,7 +20,8 @@ from testbed.ecn import CongestionControl, MarkerSet, choose_impl, leaf_qdisc_ar
 from testbed.ecn.build import DEFAULT_OUT, build
 from testbed.ecn.cc import ALLOWED, struct_ops_ids
 from testbed.ecn.sysrun import BPFFS, sysctl_read
-from testbed.spec import LinkSpec
+from testbed.host.capabilities import Capabilities
+from testbed.spec.link import LinkSpec
 from tests.root import ecn_net as en
 from tests.waiting import wait_listening, wait_until
 
@@ -53,7 +54,7 @@ def build_dir() -> Path:
 def run_lock():
     """These tests build their own small topology: they still hold the machine's run lock, like any run, so that no
     fabric measures on the same cores and nobody else edits the root allowed-cc list meanwhile."""
-    from testbed.ownership import RunLock
+    from testbed.host.ownership import RunLock
 
     with RunLock(wait=1800):
         yield
@@ -153,7 +154,7 @@ def test_probe_reports_this_kernel():
     finally:
         en.sh("ip", "netns", "del", en.ns("probe"))
     assert caps["sch_red"] is False and caps["bpf_marker"] is True and caps["dctcp"] == "bpf", caps
-    assert choose_impl(link({"mode": "step", "k": "30KB"}).marking, caps) == "bpf"
+    assert choose_impl(link({"mode": "step", "k": "30KB"}).marking, Capabilities.from_dict({"ecn": caps})) == "bpf"
 
 
 def test_step_marking_vs_droptail(net, tmp_path, record_property):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from testbed.fabric import Fabric
+from testbed.fabric.build import Fabric
 from tests.waiting import wait_listening, wait_until
 
 pytestmark = pytest.mark.root

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from testbed.fidelity import format_verdict
+from results.fidelity import format_verdict
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (builds namespaces)")]
 
@@ -19,10 +19,10 @@ def _run(rate_mbit: float, mtu: int, out):
     from bench.capacity import spec_dict
     from bench.main import bench_lock
     from bench.ring import ring_trial
+    from results.fidelity import evaluate
     from results.tables import read_table
-    from testbed.fabric import Fabric
-    from testbed.fabricspec import FabricSpec
-    from testbed.fidelity import evaluate
+    from testbed.fabric.build import Fabric
+    from testbed.spec.fabric import FabricSpec
     from testbed.telemetry import PortRef, start_sampler
 
     spec = FabricSpec.from_dict(spec_dict(rate_mbit, mtu))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.fidelity_senders import check_senders
-from testbed.procs import ProcessGroup
+from bench.benchnet import LineNet, line_net
+from results.fidelity_senders import check_senders
+from testbed.host.procs import ProcessGroup
 from testbed.telemetry import start_sampler
-from testbed.telemetry.benchnet import LineNet, line_net
 from testbed.telemetry.ports import SenderRef
 from tests.waiting import wait_listening
 from traffic.iperf import parse_iperf

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.fidelity import Thresholds
-from testbed.procs import ProcessGroup
+from bench.benchnet import LineNet, line_net, scale_net
+from bench.sampler_rate import compare
+from results.fidelity import Thresholds
+from testbed.host.procs import ProcessGroup
 from testbed.telemetry import poll_once, start_sampler
-from testbed.telemetry.bench import compare
-from testbed.telemetry.benchnet import LineNet, line_net, scale_net
 from testbed.telemetry.netstat import deltas, snapshot_hosts
 from tests.waiting import wait_listening, wait_until
 

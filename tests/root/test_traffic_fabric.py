@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from testbed.spec.workload import parse_workload
 from traffic.base import RunContext
 from traffic.ranked import bubble_fraction
 from traffic.schedule import pipeline_order
-from traffic.specs import parse_workload
 from traffic.workload import run_workload
 
 pytestmark = [
@@ -40,8 +40,8 @@ S = 4_000_000
 
 @pytest.fixture(scope="module")
 def fab() -> Iterator[Any]:
-    from testbed.fabric import Fabric
-    from testbed.fabricspec import FabricSpec
+    from testbed.fabric.build import Fabric
+    from testbed.spec.fabric import FabricSpec
 
     with open("/run/testbed-bench.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # timing measurements: nobody else measures on the 2 cores meanwhile

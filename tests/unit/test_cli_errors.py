@@ -145,10 +145,10 @@ GUARD = textwrap.dedent(
     def refuse(*a, **k):
         marker.write_text("build attempted")
         raise SystemExit(99)
-    import testbed.fabric, testbed.ownership
-    testbed.fabric.Fabric.__init__ = refuse
-    testbed.ownership.RunLock.__enter__ = refuse
-    testbed.ownership.clean = refuse
+    import testbed.fabric.build, testbed.host.ownership
+    testbed.fabric.build.Fabric.__init__ = refuse
+    testbed.host.ownership.RunLock.__enter__ = refuse
+    testbed.host.ownership.clean = refuse
     from testbed.cli import main
     raise SystemExit(main(sys.argv[2:]))
     """

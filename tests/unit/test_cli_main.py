@@ -19,9 +19,9 @@ import pytest
 from testbed import cli
 from testbed import run as run_mod
 from testbed.errors import TestbedError
-from testbed.ownership import BusyError
+from testbed.host.ownership import BusyError
 from testbed.run import RunOptions
-from testbed.spec import SpecError
+from testbed.spec.fields import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
 PY = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable

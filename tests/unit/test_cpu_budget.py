@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.procs import ProcessGroup
+from testbed.host.procs import ProcessGroup
 from testbed.telemetry.budget import CpuBudget, role_of, summarize_budget
 
 NS = ["/usr/sbin/ip", "netns", "exec", "tb1234-l1h1"]

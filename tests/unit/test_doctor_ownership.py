@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from testbed import ownership
-from testbed.capabilities import NEEDS, CapabilityError, doctor_rows, require
+from testbed.host import ownership
+from testbed.host.capabilities import NEEDS, Capabilities, CapabilityError, doctor_rows, require
 
 
 def test_doctor_rows_from_canned_probe() -> None:
@@ -16,7 +16,7 @@ def test_doctor_rows_from_canned_probe() -> None:
     caps.update({"qdisc.red": False, "qdisc.netem": False, "cc.dctcp": False})
     del caps["ovs"]  # not probed: unknown
     caps["ecn"] = {"marking_auto": "bpf", "sch_red_reason": "no sch_red", "dctcp": "bpf", "dctcp_reason": "no module"}
-    rows = doctor_rows(caps)
+    rows = doctor_rows(Capabilities.from_dict(caps))
     by_what = {r[0]: r for r in rows}
     assert len(rows) == len(NEEDS) + 2
     assert all(len(r) == 4 and all(isinstance(c, str) for c in r) for r in rows)
@@ -36,17 +36,69 @@ def test_doctor_rows_from_canned_probe() -> None:
 
 
 def test_doctor_rows_ecn_import_error() -> None:
-    rows = doctor_rows({"ecn": {"marking_auto": None, "error": "testbed.ecn failed to import: boom"}})
+    rows = doctor_rows(
+        Capabilities.from_dict({"ecn": {"marking_auto": None, "error": "testbed.ecn failed to import: boom"}})
+    )
     assert rows[-1] == ("testbed.ecn", "MISSING", "testbed.ecn failed to import: boom", "see the error")
     assert all(r[1] == "unknown" for r in rows[: len(NEEDS)])  # an empty probe knows nothing
 
 
 def test_require() -> None:
-    require({"qdisc.htb": True}, "qdisc.htb", "shaping")
+    require(Capabilities.from_dict({"qdisc.htb": True}), "qdisc.htb", "shaping")
     with pytest.raises(CapabilityError, match=r"link delay needs sch_netem, which this machine lacks \(stock kernel"):
-        require({"qdisc.netem": False}, "qdisc.netem", "link delay")
+        require(Capabilities.from_dict({"qdisc.netem": False}), "qdisc.netem", "link delay")
     with pytest.raises(CapabilityError, match=r"needs thing\.x, which this machine lacks"):
-        require({}, "thing.x", "it")
+        require(Capabilities.from_dict({}), "thing.x", "it")
+
+
+PROBED: dict[str, Any] = {  # a probe's dict as a run manifest stores it, in the probe's order
+    "kernel": "6.18.0-test",
+    "machine": "x86_64",
+    "cpus": 2,
+    "root": True,
+    "netns": True,
+    "qdisc.htb": True,
+    "qdisc.red": False,
+    "ifb": True,
+    "ecmp.hash_policy_3": True,
+    "ecmp.hash_seed": False,
+    "nftables": True,
+    "ecn": {
+        "sch_red": False,
+        "sch_red_reason": "sch_red is not in this kernel",
+        "bpf_marker": True,
+        "bpf_marker_reason": "",
+        "marking_auto": "bpf",
+        "dctcp": None,
+        "dctcp_reason": "no tcp_dctcp and dctcp.bpf.o not built",
+    },
+    "cc.available": ["reno", "cubic"],
+    "cc.allowed": ["reno", "cubic"],
+    "cc.default": "cubic",
+    "cc.reno": True,
+    "cc.dctcp": False,
+    "mininet": True,
+    "btf": True,
+    "ovs": False,
+    "tool.iperf3": True,
+    "tool.clang": False,
+    "calibration": {"status": "not calibrated", "path": "/var/cache/testbed/calibration.json"},
+}
+
+
+def test_capabilities_round_trip_the_manifest_dict() -> None:
+    caps = Capabilities.from_dict(PROBED)
+    assert caps.to_dict() == PROBED and list(caps.to_dict()) == list(PROBED)
+    assert caps.cpus == 2 and caps.qdiscs["red"] is False and caps.cc_available == ("reno", "cubic")
+    assert caps.ecn.marking_auto == "bpf" and caps.ecn.dctcp is None and caps.tools["iperf3"] is True
+    assert caps.has("qdisc.htb") is True and caps.has("tool.clang") is False and caps.has("qdisc.netem") is None
+    assert caps.has("ecmp.hash_seed") is False and caps.ecmp_hash_seed is False
+    failed = {"ecn": {"marking_auto": None, "error": "testbed.ecn failed to import: boom"}, "extra.key": 1}
+    assert Capabilities.from_dict(failed).to_dict() == failed
+    assert Capabilities.from_dict({"cpus": 2}).to_dict() == {"cpus": 2} == Capabilities(cpus=2).to_dict()
+    assert Capabilities().to_dict() == {} and Capabilities().ecn.dctcp is None  # nothing probed
+    with pytest.raises(AttributeError):
+        caps.cpus = 4  # type: ignore[misc]
 
 
 def test_prefix_and_netns_patterns() -> None:

@@ -10,11 +10,18 @@ import pytest
 from testbed.ecn import EcnError, choose_impl, leaf_qdisc_args, red_params
 from testbed.ecn.marker import config_bytes
 from testbed.ecn.red import ewma_wlog, red_args, smallest_weight_burst
-from testbed.spec import LinkSpec, SpecError
+from testbed.host.capabilities import Capabilities
+from testbed.spec.fields import SpecError
+from testbed.spec.link import LinkSpec
 
 RED_HERE = {"sch_red": True, "bpf_marker": False}
 BPF_HERE = {"sch_red": False, "sch_red_reason": "no sch_red", "bpf_marker": True}
 NOTHING = {"sch_red": False, "bpf_marker": False, "bpf_marker_reason": "marker not built"}
+
+
+def caps(ecn: dict) -> Capabilities:
+    """A capability record whose ECN probe found ``ecn``."""
+    return Capabilities.from_dict({"ecn": ecn})
 
 
 def link(ecn=None, **kw) -> LinkSpec:
@@ -105,23 +112,24 @@ def test_leaf_is_fifo_for_droptail_and_bpf():
 
 def test_choose_auto():
     m = link(STEP).marking
-    assert choose_impl(m, RED_HERE) == "kernel"
-    assert choose_impl(m, BPF_HERE) == "bpf"
-    assert choose_impl(m, {"ecn": BPF_HERE}) == "bpf"  # nested under the capability probe's "ecn" key
+    assert choose_impl(m, caps(RED_HERE)) == "kernel"
+    assert choose_impl(m, caps(BPF_HERE)) == "bpf"
+    # nested under the capability probe's "ecn" key
+    assert choose_impl(m, Capabilities.from_dict({"ecn": BPF_HERE})) == "bpf"
     with pytest.raises(EcnError, match=r"no ECN marking.*sch_red is not in this kernel.*marker not built"):
-        choose_impl(m, NOTHING)
+        choose_impl(m, caps(NOTHING))
 
 
 def test_choose_explicit_unavailable_says_why_and_how():
     with pytest.raises(EcnError, match=r"needs sch_red: no sch_red; use impl 'bpf'"):
-        choose_impl(link({**STEP, "impl": "kernel"}).marking, BPF_HERE)
+        choose_impl(link({**STEP, "impl": "kernel"}).marking, caps(BPF_HERE))
     with pytest.raises(EcnError, match=r"marker not built.*testbed\.ecn\.build"):
-        choose_impl(link({**STEP, "impl": "bpf"}).marking, NOTHING)
-    assert choose_impl(link({**STEP, "impl": "bpf"}).marking, {**RED_HERE, "bpf_marker": True}) == "bpf"
+        choose_impl(link({**STEP, "impl": "bpf"}).marking, caps(NOTHING))
+    assert choose_impl(link({**STEP, "impl": "bpf"}).marking, caps({**RED_HERE, "bpf_marker": True})) == "bpf"
 
 
 def test_choose_droptail_needs_nothing():
-    assert choose_impl(link().marking, NOTHING) == "kernel"
+    assert choose_impl(link().marking, caps(NOTHING)) == "kernel"
 
 
 def test_marker_config_layout():

@@ -6,8 +6,7 @@ from typing import ClassVar
 
 import pytest
 
-from testbed.fabricspec import FabricSpec
-from testbed.fidelity import (
+from results.fidelity import (
     check_bottlenecks,
     check_cpu,
     check_gso,
@@ -16,10 +15,14 @@ from testbed.fidelity import (
     evaluate_run,
     format_verdict,
 )
-from testbed.preflight import estimate, preflight
-from testbed.scaling import apply_scale, describe
-from testbed.spec import SpecError
-from traffic.specs import parse_workload
+from testbed.host.capabilities import Capabilities
+from testbed.preflight.load import estimate, preflight
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.fields import SpecError
+from testbed.spec.scaling import apply_scale, describe
+from testbed.spec.workload import parse_workload
+
+TWO_CPUS = Capabilities.from_dict({"cpus": 2})
 
 RATE = 100e6
 PORTS = [
@@ -303,7 +306,7 @@ def _spec(rate: str, mtu: int, hosts_per_leaf: int = 4) -> FabricSpec:
 
 
 def _ring(spec: FabricSpec, rate: str | None = None):
-    from testbed.topology import Topology
+    from testbed.spec.topology import Topology
 
     hosts = list(Topology(spec).hosts)
     jobs = [
@@ -317,28 +320,28 @@ def _ring(spec: FabricSpec, rate: str | None = None):
 
 def test_preflight_warns_16_flows_at_1gbit_mtu1500():
     spec = _spec("1Gbit", 1500)
-    w = preflight(spec, _ring(spec), {"cpus": 2})
+    w = preflight(spec, _ring(spec), TWO_CPUS)
     assert len(w) == 2 and "16 flows" in w[0]
     assert "fabric.scale" in w[1] and "mtu: 9000" in w[1]
 
 
 def test_preflight_scaled_down_passes():
     spec = _spec("10Mbit", 1500)
-    assert preflight(spec, _ring(spec), {"cpus": 2}) == []
+    assert preflight(spec, _ring(spec), TWO_CPUS) == []
 
 
 def test_preflight_matches_measured_ring():
     # machine.md: 8-flow ring on 2x4x2, 100 Mbit: MTU 1500 CPU-bound (93%), MTU 9000 fine (36%); 50 Mbit: 85%
     for rate, mtu, lo, hi in (("100Mbit", 9000, 0.2, 0.5), ("50Mbit", 1500, 0.7, 1.0), ("100Mbit", 1500, 1.0, 2.5)):
         spec = _spec(rate, mtu, hosts_per_leaf=2)
-        e = estimate(spec, _ring(spec), {"cpus": 2})
+        e = estimate(spec, _ring(spec), TWO_CPUS)
         assert e.flows == 8 and lo <= e.load <= hi, (rate, mtu, e.load)
 
 
 def test_preflight_collective_counts_ring_flows():
     spec = _spec("100Mbit", 9000, hosts_per_leaf=2)
     jobs = parse_workload([{"kind": "allreduce", "name": "ar", "ranks": "all", "size": "4MB"}])
-    assert estimate(spec, jobs, {"cpus": 2}).flows == 8
+    assert estimate(spec, jobs, TWO_CPUS).flows == 8
 
 
 def test_scale_keep_divides_rates_only():
@@ -409,10 +412,3 @@ def test_evaluate_run_on_a_record_directory(tmp_path):
     assert v["faithful"] is False
     assert {c["name"] for c in v["checks"] if c["ok"] is False} == {"bottleneck_rate", "cpu_saturation"}
     assert next(c for c in v["checks"] if c["name"] == "sampler")["ok"] is True
-
-
-def test_fidelity_preflight_reexport():
-    from testbed import fidelity
-
-    spec = _spec("1Gbit", 1500)
-    assert fidelity.preflight(spec, _ring(spec), {"cpus": 2})

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.fabricspec import FabricSpec
-from testbed.guestfit import TCG_QUEUE_HZ, GuestFitError, check_fabric, fit_telemetry, thresholds, under_tcg
-from testbed.scenario import TelemetrySpec
+from results.fidelity import guest_thresholds as thresholds
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.scenario import TelemetrySpec
+from testbed.vm.guestfit import TCG_QUEUE_HZ, GuestFitError, check_fabric, fit_telemetry, under_tcg
 
 TCG = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "tcg"}
 KVM = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "kvm"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.procs import CommandError, ProcessGroup, run_checked
+from testbed.host.procs import CommandError, ProcessGroup, run_checked
 from tests.waiting import wait_until
 
 

@@ -49,7 +49,7 @@ def _run(tmp_path: Path, tables: dict[str, list[dict[str, Any]]], fabric: dict[s
         rec.set("fabric", fabric)
     for name, rows in tables.items():
         rec.table(name).write_many(rows)
-    rec.finish(summarize=False)
+    rec.finish()
     return load_run(rec.path)
 
 
@@ -261,7 +261,7 @@ def test_steps_feed_traffic_matrix_with_rank_hosts(tmp_path: Path) -> None:
             for r in (0, 1)
         ]
     )
-    rec.finish(summarize=False)
+    rec.finish()
     assert summarize(load_run(rec.path))["traffic_matrix"] == {"h1": {"h2": 500}, "h2": {"h1": 500}}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from results.metrics import finish_run
 from results.record import RecordError, RunRecord, find_runs, load_run, variant_slug
 from results.tables import TableError
 
@@ -47,7 +48,7 @@ def test_table_roundtrip_typed(tmp_path: Path) -> None:
     w = rec.table("rtt")
     w.write({"job": "p", "src": "h1", "dst": "h2", "seq": 1, "t_send": 1.5, "rtt_s": 0.000123})
     w.write({"job": "p", "src": "h1", "dst": "h2", "seq": 2, "t_send": 1.6, "rtt_s": None})
-    rec.finish("complete", summarize=False)
+    rec.finish("complete")
     run = load_run(rec.path)
     rows = run.table("rtt")
     assert rows[0] == {"job": "p", "src": "h1", "dst": "h2", "seq": 1, "t_send": 1.5, "rtt_s": 0.000123}
@@ -119,7 +120,7 @@ def test_failed_and_context_manager(tmp_path: Path) -> None:
 
 def test_finish_writes_summary(tmp_path: Path) -> None:
     rec = RunRecord.create(tmp_path, "x", now=NOW)
-    rec.finish()
+    finish_run(rec)
     s = json.loads((rec.path / "summary.json").read_text())
     assert s["status"] == "complete" and s["goodput_bps"] is None and "goodput_bps" in s["not_applicable"]
 

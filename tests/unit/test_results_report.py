@@ -40,7 +40,7 @@ def test_every_figure_drawn_png_and_svg(plots) -> None:  # type: ignore[no-untyp
 
 def test_figure_without_data_is_skipped_not_drawn(tmp_path: Path) -> None:
     rec = RunRecord.create(tmp_path / "runs", "empty")
-    rec.finish(summarize=False)
+    rec.finish()
     result = make_plots(compare([load_run(rec.path)]), tmp_path / "out")
     assert result.files == {}
     assert set(result.skipped) == set(FIGURES)

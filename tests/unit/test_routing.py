@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from testbed import routing
-from testbed.fabricspec import FabricSpec
-from testbed.routing import predict_path, route_commands, router_sysctls
-from testbed.spec import EcmpSpec
-from testbed.topology import Route, Topology
+from testbed.fabric import routing
+from testbed.fabric.routing import predict_path, route_commands, router_sysctls
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.link import EcmpSpec
+from testbed.spec.topology import Route, Topology
 
 
 def spine_leaf(**kw: object) -> Topology:

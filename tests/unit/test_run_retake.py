@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from testbed import run as run_mod
-from testbed.scenario import expand
+from testbed.host.capabilities import Capabilities
+from testbed.spec.scenario import expand
 
 SCENARIO = {
     "name": "retake",
@@ -28,7 +29,7 @@ def fake_run(monkeypatch: pytest.MonkeyPatch, verdicts: list[bool | None]) -> li
         return run_mod.RunResult(out / f"run{n}", status, verdicts[n])
 
     monkeypatch.setattr(run_mod, "run_point", run_point)
-    monkeypatch.setattr(run_mod, "probe", lambda: {})
+    monkeypatch.setattr(run_mod, "probe", lambda: Capabilities())
     monkeypatch.setattr(run_mod, "check_spec", lambda spec, caps: None)
     return calls
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from testbed.scenario import expand, load_scenario, load_scenario_file, variant_slug
-from testbed.spec import SpecError
-from testbed.units import Size
+from testbed.spec.fields import SpecError
+from testbed.spec.scenario import expand, load_scenario, load_scenario_file, variant_slug
+from testbed.spec.units import Size
 
 BASE = """
 name: ecn-vs-droptail

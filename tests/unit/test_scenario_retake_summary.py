@@ -28,7 +28,7 @@ FAKE_TESTS = textwrap.dedent(
     def take(out, point, faithful, retake_of):
         rec = RunRecord.create(out, point.name, dict(point.variant), extra={"retake_of": retake_of} if retake_of else {})
         rec.set("fidelity", {"faithful": faithful, "failed": [] if faithful else ["cpu_saturation: busy"]})
-        rec.finish("complete", summarize=False)
+        rec.finish("complete")
         return testbed.run.RunResult(rec.path, "complete", faithful)
 
     def run_file(sf, out, lock_wait=0.0, retake_unfaithful=0):

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from results.tables import SCHEMAS
-from testbed.fidelity import Thresholds, evaluate
-from testbed.fidelity_senders import check_senders
+from results.fidelity import Thresholds, evaluate
+from results.fidelity_senders import check_senders
+from testbed.spec.schemas import SCHEMAS
+from testbed.spec.workload import IperfJob, RttProbeJob
 from testbed.telemetry.ports import ConfigError, PortRef, SamplerConfig, SenderRef
 from testbed.telemetry.senders import SENDERS_HEADER, SenderPoller
 from testbed.telemetry.sockdiag import INET_DIAG_INFO, SOCK_DIAG_BY_FAMILY, SockId, parse_diag
 from testbed.telemetry.tcpinfo import parse_tcp_info
 from traffic.iperf import bulk_senders
-from traffic.specs import IperfJob, RttProbeJob
 
 
 def _tcp_info(app_limited: bool, notsent: int, acked: int, busy: int = 0, rwnd: int = 0, sndbuf: int = 0) -> bytes:

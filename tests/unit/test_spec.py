@@ -1,6 +1,6 @@
 """Spec validation (no root): every rejection names the key path and the reason.
 
-Covers testbed.spec (Marking, LinkSpec, EcmpSpec, TransportSpec) and testbed.fabricspec (FabricSpec, overrides,
+Covers testbed.spec.link (Marking, LinkSpec, EcmpSpec, TransportSpec) and testbed.spec.fabric (FabricSpec, overrides,
 oversubscription). A SpecError carries ``path`` (the dotted key) and ``reason``; both are checked.
 """
 
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from testbed.fabricspec import FabricSpec, parse_ratio
-from testbed.spec import MAX_RATE_BPS, EcmpSpec, LinkSpec, Marking, SpecError, TransportSpec
-from testbed.topology import Topology
-from testbed.units import Size
+from testbed.spec.fabric import FabricSpec, parse_ratio
+from testbed.spec.fields import SpecError
+from testbed.spec.link import MAX_RATE_BPS, EcmpSpec, LinkSpec, Marking, TransportSpec
+from testbed.spec.topology import Topology
+from testbed.spec.units import Size
 
 ECN = "fabric.host_link.ecn"
 HL = "fabric.host_link"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from testbed.fabricspec import FabricSpec
-from testbed.spec import LinkSpec
-from testbed.tc import delay_tc_lines, droptail_leaf, htb_burst, loss_nft_rules, port_tc_lines
-from testbed.topology import Port, Topology
+from testbed.fabric.tc import delay_tc_lines, droptail_leaf, htb_burst, loss_nft_rules, port_tc_lines
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.link import LinkSpec
+from testbed.spec.topology import Port, Topology
 
 
 def ports(**kw: object) -> dict[str, Port]:

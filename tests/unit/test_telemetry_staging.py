@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import ownership
-from testbed.telemetry import control, staging
+from testbed.host import ownership, staging
+from testbed.telemetry import control
 from testbed.telemetry.sampler import SamplerError
 from tests.waiting import wait_until
 

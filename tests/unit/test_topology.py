@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from testbed.fabricspec import FabricSpec
-from testbed.topology import Topology
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.topology import Topology
 
 
 def spine_leaf(**kw: object) -> Topology:

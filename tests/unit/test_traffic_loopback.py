@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.procs import ProcessGroup
-from testbed.topology import HostInfo
+from testbed.host.capabilities import Capabilities
+from testbed.host.procs import ProcessGroup
+from testbed.spec.topology import HostInfo
+from testbed.spec.workload import parse_workload
 from traffic.base import GeneratorError, RunContext
-from traffic.specs import parse_workload
 from traffic.workload import run_workload
 
 HOSTS = {f"h{i}": HostInfo(f"h{i}", f"127.0.1.{i + 1}", f"l{i // 2}") for i in range(4)}
@@ -19,7 +20,7 @@ HOSTS = {f"h{i}": HostInfo(f"h{i}", f"127.0.1.{i + 1}", f"l{i // 2}") for i in r
 
 def run(tmp_path: Path, jobs: list[dict], timeout: float = 60) -> dict[str, list[dict]]:
     with ProcessGroup() as pg:
-        return run_workload(parse_workload(jobs), RunContext(HOSTS, pg, tmp_path), {}, timeout)
+        return run_workload(parse_workload(jobs), RunContext(HOSTS, pg, tmp_path), Capabilities(), timeout)
 
 
 @pytest.mark.parametrize(
@@ -108,7 +109,7 @@ def test_failing_rank_fails_the_job_with_its_stderr(tmp_path: Path) -> None:
         run_workload(
             parse_workload([{"kind": "allreduce", "name": "c", "size": "64KB", "timeout": 5}]),
             RunContext(hosts, pg, tmp_path),
-            {},
+            Capabilities(),
             30,
         )
     assert "traffic.worker" in str(ei.value)  # the stderr tail is in the message
@@ -151,7 +152,7 @@ def test_gated_jobs_start_traffic_only_at_the_go_time(tmp_path: Path) -> None:
     with ProcessGroup() as pg:
         ctx = RunContext(HOSTS, pg, tmp_path, go_file=tmp_path / "go")
         t = run_workload(
-            parse_workload(jobs), ctx, {}, 60, on_event=lambda k, d: events.append((k, d)), on_go=gos.append
+            parse_workload(jobs), ctx, Capabilities(), 60, on_event=lambda k, d: events.append((k, d)), on_go=gos.append
         )
     assert len(gos) == 1 and [k for k, _ in events].count("go") == 1
     kinds = [k for k, _ in events]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed.spec.workload import parse_job
 from traffic.iperf import parse_iperf
 from traffic.probes import draw_flows, parse_fct, parse_rtt
 from traffic.ranked import bubble_fraction, parse_ranked
 from traffic.scapy_train import build_frames, check_capture, decode_frame, fast_fields, parse_trains
-from traffic.specs import parse_job
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "traffic"
 LOOP = DATA / "loopback"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.spec import SpecError
-from traffic.specs import CollectiveJob, IperfJob, PipelineJob, PsJob, ShortFlowsJob, parse_job, parse_workload
+from testbed.spec.fields import SpecError
+from testbed.spec.workload import CollectiveJob, IperfJob, PipelineJob, PsJob, ShortFlowsJob, parse_job, parse_workload
 
 
 def test_collective_defaults_and_units() -> None:
@@ -87,7 +87,7 @@ def test_iperf_cport_binds_one_port_per_stream():
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"cport": 80}, "expected an integer in [1024"),
+        ({"cport": 80}, "must be in [1024, 65535], got 80"),
         ({"cport": 65535, "parallel": 2}, "65534"),
         ({"cport": 30000, "on": 1, "off": 1}, "on/off cycling"),
     ],

@@ -1,10 +1,10 @@
-"""testbed.units: rates, sizes and durations as scenario files write them (no root)."""
+"""testbed.spec.units: rates, sizes and durations as scenario files write them (no root)."""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed.units import (
+from testbed.spec.units import (
     Size,
     UnitError,
     format_bytes,

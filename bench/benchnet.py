@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from testbed.procs import run_checked
+from testbed.host.procs import run_checked
 from testbed.telemetry.ports import PortRef
 
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from testbed.spec import SpecError
-from testbed.units import UnitError, parse_duration, parse_rate, parse_size
+from testbed.spec.fields import SpecError
+from testbed.spec.units import UnitError, parse_duration, parse_rate, parse_size
 
 ETH_HEADER = 14
 STACK_LATENCY_S = 30e-6  # per hop, one way, of the emulator (machine.md: kernel timestamps p50 ~34 us end to end)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from testbed.fabricspec import FabricSpec
-from testbed.spec import LinkSpec, SpecError
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.fields import SpecError
+from testbed.spec.link import LinkSpec
 
 FABRIC_POOL = ipaddress.IPv4Network("172.16.0.0/12")
 LAYER_RANK = {"host": 0, "leaf": 1, "edge": 1, "agg": 2, "spine": 2, "core": 3}
@@ -116,8 +117,6 @@ class Topology:
         else:
             self._fat_tree()
         self._check_overrides()
-        from testbed.routing import compute_routes
-
         self.routes: dict[str, list[Route]] = compute_routes(self)
 
     # --- construction ------------------------------------------------------------------------------------------
@@ -251,3 +250,36 @@ class Topology:
                 for p in self.ports()
             ],
         }
+
+
+def compute_routes(topo: Topology) -> dict[str, list[Route]]:
+    """Every node's static routes: hosts default to their leaf, leaves and edges send non-local traffic to all
+    uplinks as one multipath group, spines, aggregation and core route each rack or pod prefix down."""
+    routes: dict[str, list[Route]] = {name: [] for name in topo.nodes}
+    ports = topo.ports()
+    up: dict[str, list[tuple[str, str]]] = {}
+    down: dict[str, list[tuple[str, str, str]]] = {}  # node -> (peer, gateway, dev)
+    for p in ports:
+        if p.direction == "up":
+            up.setdefault(p.node, []).append((p.peer_addr, p.dev))
+        else:
+            down.setdefault(p.node, []).append((p.peer, p.peer_addr, p.dev))
+
+    for name, node in topo.nodes.items():
+        if node.layer == "host":
+            (gw, dev) = up[name][0]
+            routes[name].append(Route("default", ((gw, dev),)))
+        elif node.layer in ("leaf", "edge"):
+            routes[name].append(Route("10.0.0.0/8", tuple(up[name])))
+        elif node.layer == "spine":
+            for peer, gw, dev in down[name]:
+                routes[name].append(Route(f"10.{topo.nodes[peer].pos[0]}.0.0/16", ((gw, dev),)))
+        elif node.layer == "agg":
+            for peer, gw, dev in down[name]:
+                pod, edge = topo.nodes[peer].pos[:2]
+                routes[name].append(Route(f"10.{pod}.{edge}.0/24", ((gw, dev),)))
+            routes[name].append(Route("10.0.0.0/8", tuple(up[name])))
+        elif node.layer == "core":
+            for peer, gw, dev in down[name]:
+                routes[name].append(Route(f"10.{topo.nodes[peer].pos[0]}.0.0/16", ((gw, dev),)))
+    return routes

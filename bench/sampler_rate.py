@@ -1,6 +1,6 @@
 """Benchmark: this sampler vs polling ``tc -s qdisc`` through a subprocess once per sample, same target rate.
 
-    flock /run/testbed-bench.lock /usr/bin/python3 -m testbed.telemetry.bench [--seconds 3] [--rate 1000]
+    flock /run/testbed-bench.lock /usr/bin/python3 -m bench.sampler_rate [--seconds 3] [--rate 1000]
 
 builds 10 namespaces x 4 shaped ports (``benchnet.scale_net``, prefix tbd4) and prints both achieved rates, jitter
 and CPU share (of one core; the tc side counts its children), and the ratios. Run it under the bench lock.
@@ -89,13 +89,13 @@ def compare(ports: list[PortRef], seconds: float = 3.0, rate_hz: float = 1000) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m testbed.telemetry.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python3 -m bench.sampler_rate", description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--namespaces", type=int, default=10)
     ap.add_argument("--ports", type=int, default=4)
     args = ap.parse_args(argv)
-    from testbed.telemetry.benchnet import scale_net
+    from bench.benchnet import scale_net
 
     with scale_net("tbd4", args.namespaces, args.ports) as ports:
         res = compare(ports, args.seconds, args.rate)

@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from testbed.capabilities import CapabilityError
-from testbed.fabricspec import FabricSpec
-from testbed.topology import Topology
+from testbed.host.capabilities import CapabilityError
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.topology import Topology
 
 TCG_MAX_LINK_PPS = 700  # frames per second per link (50 Mbit/s at MTU 9000, 8.6 Mbit/s at MTU 1500)
 TCG_QUEUE_HZ = 50.0
@@ -67,15 +67,6 @@ def check_fabric(spec: FabricSpec, env: Mapping[str, str] | None = None) -> None
             f"lower the rates, use jumbo frames, or add fabric.scale (factor >= {p.link.rate_bps / cap:.2g}), "
             "or run where KVM works"
         )
-
-
-def thresholds(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``fidelity.evaluate_run``: the TCG guest's sampler allowance (empty otherwise)."""
-    if not under_tcg(env):
-        return {}
-    from testbed.fidelity import Thresholds
-
-    return {"th": Thresholds(sampler_gap_max_s=TCG_SAMPLER_GAP_S, sampler_rate_min=TCG_SAMPLER_RATE_MIN)}
 
 
 def fit_telemetry(telemetry: Any, env: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any] | None]:

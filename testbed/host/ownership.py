@@ -224,7 +224,7 @@ def clean(quiet: bool = False) -> list[str]:
 
 def clean_stages(root: Path | None = None) -> list[str]:
     """Remove the sampler stages (``staging``) whose owner, the pid in the name, is gone."""
-    from testbed.telemetry.staging import PREFIX, STAGE_ROOT
+    from testbed.host.staging import PREFIX, STAGE_ROOT
 
     log = []
     for d in sorted((root or STAGE_ROOT).glob(f"{PREFIX}*-*")):

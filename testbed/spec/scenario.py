@@ -4,8 +4,8 @@
 
     name: ecn-vs-droptail
     description: what the experiment shows, in a sentence or two
-    fabric: {...}                  # testbed.fabricspec.FabricSpec
-    workload: [...]                # traffic.specs.parse_workload
+    fabric: {...}                  # testbed.spec.fabric.FabricSpec
+    workload: [...]                # testbed.spec.workload.parse_workload
     duration: 10s                  # upper bound for the whole workload (every wait has a timeout)
     sweep:                         # axes: a dotted key path -> the values it takes; the points are the product
       fabric.host_link.ecn: [off, {mode: step, k: 30KB}]
@@ -30,10 +30,10 @@ from typing import Any
 
 import yaml
 
-from testbed.fabricspec import FabricSpec, Override
-from testbed.spec import SpecError, _float, _int, _sub, check_keys
-from testbed.topology import Topology
-from testbed.units import Size, UnitError, parse_duration
+from testbed.spec.fabric import FabricSpec, Override
+from testbed.spec.fields import SpecError, check_keys, integer, number, sub
+from testbed.spec.topology import Topology
+from testbed.spec.units import Size, UnitError, parse_duration
 
 SCENARIO_KEYS = {
     "name",
@@ -60,9 +60,9 @@ class TelemetrySpec:
     def from_dict(cls, data: Any, path: str) -> TelemetrySpec:
         check_keys(data, TELEMETRY_KEYS, path)
         return cls(
-            _float(_sub(path, "queue_hz"), data.get("queue_hz", 1000.0), 0.0, 20000.0),
-            _float(_sub(path, "link_hz"), data.get("link_hz", 100.0), 0.0, 2000.0),
-            _float(_sub(path, "cpu_hz"), data.get("cpu_hz", 10.0), 0.0, 100.0),
+            number(sub(path, "queue_hz"), data.get("queue_hz", 1000.0), 0.0, 20000.0),
+            number(sub(path, "link_hz"), data.get("link_hz", 100.0), 0.0, 2000.0),
+            number(sub(path, "cpu_hz"), data.get("cpu_hz", 10.0), 0.0, 100.0),
         )
 
 
@@ -154,12 +154,12 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
     name = data["name"]
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise SpecError("name", f"must be a short identifier (letters, digits, - _ .), got {name!r}")
-    from testbed.scaling import apply_scale
+    from testbed.spec.scaling import apply_scale
 
     fabric_raw, scale_notes = apply_scale(data["fabric"])
     fabric = FabricSpec.from_dict(fabric_raw, "fabric")
     topo = Topology(fabric)  # refuses overrides naming links that do not exist
-    from traffic.specs import parse_workload
+    from testbed.spec.workload import parse_workload
 
     workload = parse_workload(data.get("workload", []) or [], "workload")
     for i, job in enumerate(workload):
@@ -183,8 +183,8 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         raw=copy.deepcopy(data),
         description=str(data.get("description", "")),
         duration_s=duration,
-        repeat=_int("repeat", data.get("repeat", 1), 1, 1000),
-        seed=_int("seed", data.get("seed", 1), 0, 2**31),
+        repeat=integer("repeat", data.get("repeat", 1), 1, 1000),
+        seed=integer("seed", data.get("seed", 1), 0, 2**31),
         telemetry=TelemetrySpec.from_dict(data.get("telemetry", {}) or {}, "telemetry"),
         kernel=kernel,
         variant=variant,

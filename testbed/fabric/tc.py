@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from testbed.spec import ETH_HEADER, LinkSpec
-from testbed.topology import Port
+from testbed.spec.link import ETH_HEADER, LinkSpec
+from testbed.spec.topology import Port
 
 ROOT_HANDLE = "1:"
 CLASS_ID = "1:1"

@@ -3,7 +3,7 @@ the allowed congestion controls, is handled by testbed.ecn.cc (add what is missi
 
 from __future__ import annotations
 
-from testbed.procs import run_checked
+from testbed.host.procs import run_checked
 
 
 def set_in_netns(netns: str, values: dict[str, str]) -> None:

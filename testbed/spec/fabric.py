@@ -24,16 +24,8 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal, cast
 
-from testbed.spec import (
-    LINK_KEYS,
-    EcmpSpec,
-    LinkSpec,
-    SpecError,
-    TransportSpec,
-    _int,
-    _sub,
-    check_keys,
-)
+from testbed.spec.fields import SpecError, check_keys, integer, sub
+from testbed.spec.link import LINK_KEYS, EcmpSpec, LinkSpec, TransportSpec
 
 TOPOLOGY_KEYS = {
     "topology",
@@ -105,66 +97,64 @@ class FabricSpec:
         check_keys(data, TOPOLOGY_KEYS, path)
         topo = data.get("topology", "spine-leaf")
         if topo not in ("spine-leaf", "fat-tree"):
-            raise SpecError(_sub(path, "topology"), f"must be spine-leaf or fat-tree, got {topo!r}")
+            raise SpecError(sub(path, "topology"), f"must be spine-leaf or fat-tree, got {topo!r}")
         spec = cls(topology=cast(Literal["spine-leaf", "fat-tree"], topo))
         if topo == "spine-leaf":
             for key in ("k",):
                 if key in data:
-                    raise SpecError(_sub(path, key), "only meaningful for topology fat-tree")
+                    raise SpecError(sub(path, key), "only meaningful for topology fat-tree")
             spec = replace(
                 spec,
-                spines=_int(_sub(path, "spines"), data.get("spines", 2), 1, 64),
-                leaves=_int(_sub(path, "leaves"), data.get("leaves", 4), 1, 254),
-                hosts_per_leaf=_int(_sub(path, "hosts_per_leaf"), data.get("hosts_per_leaf", 2), 1, 254),
+                spines=integer(sub(path, "spines"), data.get("spines", 2), 1, 64),
+                leaves=integer(sub(path, "leaves"), data.get("leaves", 4), 1, 254),
+                hosts_per_leaf=integer(sub(path, "hosts_per_leaf"), data.get("hosts_per_leaf", 2), 1, 254),
             )
         else:
             for key in ("spines", "leaves", "hosts_per_leaf"):
                 if key in data:
-                    raise SpecError(_sub(path, key), "only meaningful for topology spine-leaf (a fat-tree is set by k)")
-            k = _int(_sub(path, "k"), data.get("k", 4), 2, 16)
+                    raise SpecError(sub(path, key), "only meaningful for topology spine-leaf (a fat-tree is set by k)")
+            k = integer(sub(path, "k"), data.get("k", 4), 2, 16)
             if k % 2:
-                raise SpecError(_sub(path, "k"), f"a k-ary fat-tree needs an even k, got {k}")
+                raise SpecError(sub(path, "k"), f"a k-ary fat-tree needs an even k, got {k}")
             spec = replace(spec, k=k)
 
-        host = LinkSpec.from_dict(data.get("host_link", {}), _sub(path, "host_link"))
+        host = LinkSpec.from_dict(data.get("host_link", {}), sub(path, "host_link"))
         fab_raw = data.get("fabric_link", {}) or {}
-        check_keys(fab_raw, LINK_KEYS, _sub(path, "fabric_link"))  # before dict(): a list or str is a SpecError
+        check_keys(fab_raw, LINK_KEYS, sub(path, "fabric_link"))  # before dict(): a list or str is a SpecError
         fab_data = dict(fab_raw)
         if "mtu" in fab_data and fab_data["mtu"] != host.mtu:
-            raise SpecError(_sub(path, "fabric_link.mtu"), f"every link must share one MTU (host_link has {host.mtu})")
+            raise SpecError(sub(path, "fabric_link.mtu"), f"every link must share one MTU (host_link has {host.mtu})")
         ratio = data.get("oversubscription")
         if ratio is not None:
-            over = parse_ratio(ratio, _sub(path, "oversubscription"))
+            over = parse_ratio(ratio, sub(path, "oversubscription"))
             if topo == "fat-tree":
                 raise SpecError(
-                    _sub(path, "oversubscription"),
+                    sub(path, "oversubscription"),
                     "a fat-tree is non-blocking by construction; set fabric_link.rate instead",
                 )
             derived = Fraction(spec.hosts_per_leaf * host.rate_bps) / (spec.spines * over)
             if "rate" in fab_data:
-                given = LinkSpec.from_dict({"rate": fab_data["rate"]}, _sub(path, "fabric_link")).rate_bps
+                given = LinkSpec.from_dict({"rate": fab_data["rate"]}, sub(path, "fabric_link")).rate_bps
                 if abs(given - float(derived)) > 0.01 * float(derived):
                     raise SpecError(
-                        _sub(path, "oversubscription"),
+                        sub(path, "oversubscription"),
                         f"{ratio} with {spec.hosts_per_leaf} hosts at {host.rate_bps} bit/s and {spec.spines} spines "
                         f"needs uplinks of {float(derived):.0f} bit/s, but fabric_link.rate is {given} bit/s: give one of the two",
                     )
             fab_data["rate"] = int(round(derived))
-        fabric = LinkSpec.from_dict(fab_data, _sub(path, "fabric_link"), base=host)
+        fabric = LinkSpec.from_dict(fab_data, sub(path, "fabric_link"), base=host)
 
         raw_overrides = data.get("overrides", []) or []
         if not isinstance(raw_overrides, list):  # a mapping or string would be iterated key by key / char by char
-            raise SpecError(
-                _sub(path, "overrides"), f"expected a list of overrides, got {type(raw_overrides).__name__}"
-            )
+            raise SpecError(sub(path, "overrides"), f"expected a list of overrides, got {type(raw_overrides).__name__}")
         overrides = tuple(_parse_override(o, f"{path}.overrides[{i}]") for i, o in enumerate(raw_overrides))
         spec = replace(
             spec,
             host_link=host,
             fabric_link=fabric,
             overrides=overrides,
-            ecmp=EcmpSpec.from_dict(data.get("ecmp", {}) or {}, _sub(path, "ecmp")),
-            transport=TransportSpec.from_dict(data.get("transport", {}) or {}, _sub(path, "transport")),
+            ecmp=EcmpSpec.from_dict(data.get("ecmp", {}) or {}, sub(path, "ecmp")),
+            transport=TransportSpec.from_dict(data.get("transport", {}) or {}, sub(path, "transport")),
         )
         for i, ov in enumerate(overrides):
             values = dict(ov.values)
@@ -202,13 +192,13 @@ def _parse_override(data: Any, path: str) -> Override:
         sel = str(data["port"])
         m = re.fullmatch(r"\s*([\w]+)\s*->\s*([\w]+)\s*", sel)
         if not m:
-            raise SpecError(_sub(path, "port"), f"{sel!r} is not 'node->peer'")
+            raise SpecError(sub(path, "port"), f"{sel!r} is not 'node->peer'")
         both = False
     else:
         sel = str(data["link"])
         m = re.fullmatch(r"\s*([\w]+)\s*-\s*([\w]+)\s*", sel)
         if not m:
-            raise SpecError(_sub(path, "link"), f"{sel!r} is not 'node-peer'")
+            raise SpecError(sub(path, "link"), f"{sel!r} is not 'node-peer'")
         both = True
     values = tuple(sorted((k, v) for k, v in data.items() if k not in ("port", "link")))
     if not values:

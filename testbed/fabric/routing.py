@@ -1,7 +1,7 @@
-"""Static L3 routes with ECMP groups, the routers' ECMP sysctls, and flow path prediction.
+"""Static L3 routes with ECMP groups installed, the routers' ECMP sysctls, and flow path prediction.
 
-Routing is computed, not learned (no routing daemon): every leaf/edge sends non-local traffic to all of its
-uplinks as one multipath group; spines, aggregation and core switches route each rack/pod prefix down.
+Routing is computed, not learned (no routing daemon): ``testbed.spec.topology.compute_routes`` plans every node's
+routes from the fabric spec, and this module turns them into ``ip`` commands.
 Path prediction asks each router's kernel (``ip route get ... ipproto P sport S dport D``), hop by hop, which
 next hop the flow's hash picks: with ``fib_multipath_hash_policy=3`` and explicit hash fields that answer is
 the path the flow's packets take (machine.md measured this).
@@ -14,43 +14,10 @@ import subprocess
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from testbed.spec import EcmpSpec
+from testbed.spec.link import EcmpSpec
 
 if TYPE_CHECKING:
-    from testbed.topology import Route, Topology
-
-
-def compute_routes(topo: Topology) -> dict[str, list[Route]]:
-    from testbed.topology import Route
-
-    routes: dict[str, list[Route]] = {name: [] for name in topo.nodes}
-    ports = topo.ports()
-    up: dict[str, list[tuple[str, str]]] = {}
-    down: dict[str, list[tuple[str, str, str]]] = {}  # node -> (peer, gateway, dev)
-    for p in ports:
-        if p.direction == "up":
-            up.setdefault(p.node, []).append((p.peer_addr, p.dev))
-        else:
-            down.setdefault(p.node, []).append((p.peer, p.peer_addr, p.dev))
-
-    for name, node in topo.nodes.items():
-        if node.layer == "host":
-            (gw, dev) = up[name][0]
-            routes[name].append(Route("default", ((gw, dev),)))
-        elif node.layer in ("leaf", "edge"):
-            routes[name].append(Route("10.0.0.0/8", tuple(up[name])))
-        elif node.layer == "spine":
-            for peer, gw, dev in down[name]:
-                routes[name].append(Route(f"10.{topo.nodes[peer].pos[0]}.0.0/16", ((gw, dev),)))
-        elif node.layer == "agg":
-            for peer, gw, dev in down[name]:
-                pod, edge = topo.nodes[peer].pos[:2]
-                routes[name].append(Route(f"10.{pod}.{edge}.0/24", ((gw, dev),)))
-            routes[name].append(Route("10.0.0.0/8", tuple(up[name])))
-        elif node.layer == "core":
-            for peer, gw, dev in down[name]:
-                routes[name].append(Route(f"10.{topo.nodes[peer].pos[0]}.0.0/16", ((gw, dev),)))
-    return routes
+    from testbed.spec.topology import Route, Topology
 
 
 def route_commands(routes: list[Route]) -> list[str]:

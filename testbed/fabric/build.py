@@ -18,18 +18,22 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed import tc
-from testbed.capabilities import CapabilityError, probe, require
 from testbed.errors import TestbedError
-from testbed.fabricspec import FabricSpec
-from testbed.mininet_compat import import_mininet
-from testbed.ownership import RunLock, RunState, delete_netns
-from testbed.procs import ProcessGroup, run_checked
-from testbed.routing import predict_path, route_commands, router_sysctls
-from testbed.sysctls import set_in_netns
-from testbed.topology import HostInfo, Port, Topology
+from testbed.fabric import tc
+from testbed.fabric.routing import predict_path, route_commands, router_sysctls
+from testbed.host.capabilities import Capabilities, CapabilityError
+from testbed.host.mininet_compat import import_mininet
+from testbed.host.ownership import RunLock, RunState, delete_netns
+from testbed.host.probe import probe
+from testbed.host.procs import ProcessGroup, run_checked
+from testbed.host.sysctls import set_in_netns
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.topology import HostInfo, Port, Topology
+
+if TYPE_CHECKING:  # testbed.ecn is imported where it is used: its import failing is reported as a CapabilityError
+    from testbed.ecn import CongestionControl, MarkerSet
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +49,22 @@ class BuildError(TestbedError, RuntimeError):
     """The fabric could not be built as specified (nothing is left behind)."""
 
 
-def check_spec(spec: FabricSpec, caps: dict[str, Any]) -> Topology:
+def check_spec(spec: FabricSpec, caps: Capabilities) -> Topology:
     """Everything that can be refused is refused here, before anything is built."""
     topo = Topology(spec)
     for key in ("qdisc.htb", "qdisc.bfifo", "mininet"):
-        require(caps, key, "building a fabric")
+        caps.require(key, "building a fabric")
     ports = topo.ports()
     if any(p.link.delay_s > 0 for p in ports):
-        require(caps, "qdisc.netem", "link delay")
-        require(caps, "ifb", "link delay")
+        caps.require("qdisc.netem", "link delay")
+        caps.require("ifb", "link delay")
     if any(p.link.loss > 0 for p in ports):
-        require(caps, "nftables", "random loss on links")
+        caps.require("nftables", "random loss on links")
     if spec.ecmp.seed is not None:
-        require(caps, "ecmp.hash_seed", "ecmp.seed")
-    require(caps, "ecmp.hash_policy_3", "deterministic ECMP hashing")
+        caps.require("ecmp.hash_seed", "ecmp.seed")
+    caps.require("ecmp.hash_policy_3", "deterministic ECMP hashing")
     if spec.transport.cc != "dctcp":
-        require(caps, f"cc.{spec.transport.cc}", f"transport.cc {spec.transport.cc}")
+        caps.require(f"cc.{spec.transport.cc}", f"transport.cc {spec.transport.cc}")
     if any(p.link.marking.mode != "off" for p in ports) or spec.transport.cc == "dctcp":
         try:
             from testbed import ecn
@@ -82,7 +86,7 @@ class Fabric:
     def __init__(
         self,
         spec: FabricSpec,
-        caps: dict[str, Any] | None = None,
+        caps: Capabilities | None = None,
         lock_wait: float = 0.0,
         extra_cc: frozenset[str] = frozenset(),
     ):
@@ -98,9 +102,9 @@ class Fabric:
         self.marking: dict[str, Any] = {}
         self.build_s = 0.0
         self._lock: RunLock | None = None
-        self._net: Any = None
-        self._markers: Any = None
-        self._cc: Any = None
+        self._net: Any = None  # the Mininet network (Mininet is untyped)
+        self._markers: MarkerSet | None = None
+        self._cc: CongestionControl | None = None
         self._old_sigterm: Any = None
 
     # --- public ------------------------------------------------------------------------------------------------
@@ -116,6 +120,17 @@ class Fabric:
 
     def predict_path(self, src: str, dst: str, proto: str = "tcp", sport: int = 0, dport: int = 0) -> list[str]:
         return predict_path(self.topo, self.netns, src, dst, proto, sport, dport)
+
+    @property
+    def mininet(self) -> Any:
+        """The built fabric's Mininet network (for its CLI: ``testbed cli``)."""
+        if self._net is None:
+            raise RuntimeError("the fabric is not built")
+        return self._net
+
+    def read_marks(self) -> dict[tuple[str, str], dict[str, int]] | None:
+        """The eBPF markers' counters per (namespace, device); None when no port of this fabric has the marker."""
+        return None if self._markers is None else self._markers.read_marks()
 
     def __enter__(self) -> Fabric:
         self.build()
@@ -170,7 +185,7 @@ class Fabric:
         for p in self.topo.ports():
             ports_by_node.setdefault(p.node, []).append(p)
         leaf = self._leaf_builder()
-        rsys = router_sysctls(spec.ecmp, bool(self.caps.get("ecmp.hash_seed")))
+        rsys = router_sysctls(spec.ecmp, bool(self.caps.ecmp_hash_seed))
         self._prepare_transport()
         for name, node in self.topo.nodes.items():
             ns = self.netns(name)
@@ -238,10 +253,10 @@ class Fabric:
         from testbed.ecn.build import DEFAULT_OUT
 
         assert self.state is not None
-        self._markers = ecn.MarkerSet(self.prefix, DEFAULT_OUT)
-        self.state.add("bpf_pins", str(self._markers.root))
+        markers = self._markers = ecn.MarkerSet(self.prefix, DEFAULT_OUT)
+        self.state.add("bpf_pins", str(markers.root))
         for p in bpf_ports:
-            self._markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link)
+            markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link)
 
     def _prepare_transport(self) -> None:
         """Make the hosts' congestion control usable (kernel module, or BPF struct_ops DCTCP), recorded for clean."""
@@ -249,12 +264,12 @@ class Fabric:
         from testbed.ecn.build import DEFAULT_OUT
 
         assert self.state is not None
-        self._cc = ecn.CongestionControl(self.prefix, DEFAULT_OUT)
+        cc = self._cc = ecn.CongestionControl(self.prefix, DEFAULT_OUT)
         wanted = {self.spec.transport.cc, *self.extra_cc}
-        self.marking["cc"] = self._cc.prepare(wanted)
-        if self._cc.added:  # for `testbed clean` after a crash: take out what this run added, nothing else
-            self.state.add("sysctls", {"key": ALLOWED_CC, "remove_words": " ".join(self._cc.added)})
-        sid = getattr(self._cc, "_struct_ops_id", None)
+        self.marking["cc"] = cc.prepare(wanted)
+        if cc.added:  # for `testbed clean` after a crash: take out what this run added, nothing else
+            self.state.add("sysctls", {"key": ALLOWED_CC, "remove_words": " ".join(cc.added)})
+        sid = cc.struct_ops_id
         if sid is not None:
             self.state.add("struct_ops", f"id {sid}")
 
@@ -262,7 +277,7 @@ class Fabric:
         """The kernel's name for ``cc`` in this run (the BPF DCTCP registers under a per-run name)."""
         if self._cc is None:
             raise RuntimeError("the fabric is not built")
-        return str(self._cc.kernel_name(cc))
+        return self._cc.kernel_name(cc)
 
     def _set_host_cc(self, ns: str) -> None:
         assert self._cc is not None

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from testbed.fidelity import Row, Thresholds, _f, check
+from results.checks import Row, Thresholds, check, number
 
 MIN_SAMPLES = 5  # a stream judged on fewer samples than this is too short to judge
 
@@ -28,7 +28,7 @@ MIN_SAMPLES = 5  # a stream judged on fewer samples than this is too short to ju
 def _stream_spans(flows: Iterable[Row], edge: float) -> dict[tuple[str, int], tuple[float, float]]:
     spans: dict[tuple[str, int], tuple[float, float]] = {}
     for f in flows:
-        sport, t0, t1 = _f(f.get("sport")), _f(f.get("t_start")), _f(f.get("t_end"))
+        sport, t0, t1 = number(f.get("sport")), number(f.get("t_start")), number(f.get("t_end"))
         if str(f.get("proto") or "tcp") != "tcp" or sport is None or t0 is None or t1 is None:
             continue
         spans[(str(f.get("src")), int(sport))] = (t0 + edge, t1 - edge)
@@ -36,7 +36,7 @@ def _stream_spans(flows: Iterable[Row], edge: float) -> dict[tuple[str, int], tu
 
 
 def _starved(r: Row) -> bool:
-    notsent, unacked, cwnd = _f(r.get("notsent_bytes")), _f(r.get("unacked")), _f(r.get("cwnd"))
+    notsent, unacked, cwnd = number(r.get("notsent_bytes")), number(r.get("unacked")), number(r.get("cwnd"))
     return notsent == 0 and unacked is not None and cwnd is not None and unacked < cwnd
 
 
@@ -44,7 +44,7 @@ def _judge_stream(rows: list[Row]) -> dict[str, Any]:
     starved = sum(1 for r in rows if _starved(r))
 
     def delta(col: str) -> float:
-        a, b = _f(rows[0].get(col)), _f(rows[-1].get(col))
+        a, b = number(rows[0].get(col)), number(rows[-1].get(col))
         return (b - a) if a is not None and b is not None else 0.0
 
     busy = delta("busy_us")
@@ -69,7 +69,7 @@ def check_senders(
     n_rows = 0
     for r in senders:
         n_rows += 1
-        sport, t = _f(r.get("sport")), _f(r.get("t"))
+        sport, t = number(r.get("sport")), number(r.get("t"))
         key = (str(r.get("node")), int(sport or 0))
         span = spans.get(key)
         if span is not None and t is not None and span[0] <= t <= span[1]:
@@ -80,7 +80,7 @@ def check_senders(
     per: dict[str, dict[str, Any]] = {}
     for (node, sport), rows in sorted(by.items()):
         if len(rows) >= MIN_SAMPLES:
-            rows.sort(key=lambda r: _f(r.get("t")) or 0.0)
+            rows.sort(key=lambda r: number(r.get("t")) or 0.0)
             per[f"{node}:{sport}->{rows[0].get('dport')}"] = _judge_stream(rows)
     if not per:
         return check(name, None, None, limit, f"no sender stream had {MIN_SAMPLES} samples inside its own span")

@@ -19,7 +19,7 @@ Checks (thresholds in ``Thresholds``):
 - ``sampler``: achieved queue-sampling rate against the target and the longest gap (from sampler_health.json when
   given; otherwise only the gap between rows, which the sampler writes at least every keyframe).
 - ``sender_backlog``: a backlogged iperf3 sender whose socket ran out of data, or was held by its receive window
-  or send buffer, was short of CPU (``testbed.fidelity_senders``).
+  or send buffer, was short of CPU (``results.fidelity_senders``).
 - ``gso_superpackets``: a queue whose backlog_bytes / backlog_pkts exceeds one frame (MTU + 14, plus
   ``GSO_SLACK`` for header accounting) held packets bigger than a frame (GSO/GRO super-packets), so per-packet queue
   figures are meaningless.
@@ -30,11 +30,15 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from results.checks import Row, Thresholds, check, number, verdict
+from results.fidelity_senders import check_senders
+from results.record import load_run
+from testbed.vm import guestfit
 
 ETH_HEADER = 14
 # A one-segment TCP skb is accounted with one more header set (seen here: 9080 B for one 9000-MTU frame, +66 B);
@@ -45,59 +49,12 @@ GSO_SLACK = 128
 # of a busy queue in the TCG guest, whose dumps are slow; 18028 B in "1" packet once natively). A super-packet
 # queue is one whose bytes exceed (packets + 1) frames; real GSO skbs (up to 64 KB) exceed that many times over.
 READ_APART = "backlog_bytes > (backlog_pkts + 1) x frame"
-Row = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    # delivered / configured rate on a busy port, over the time its queue held packets: a queue that empties for a
-    # moment is offered less, not emulated short (CI: ports 94-95% non-empty in their busy windows delivered 0.946-0.950
-    # of the rate over the whole window and 1.004-1.011 over the time they held packets; three takes "not faithful")
-    rate_min: float = 0.95
-    # a port busy for less than this is judged against rate_min_short: one 0.2 s window is a few hundred frames,
-    # and HTB's bucket and the sample timing move it by several percent (seen in CI: a host's own egress at 0.949
-    # and at 0.90 over one ~0.2 s window, while every other port of the run delivered >= 0.95)
-    short_busy_s: float = 0.5
-    rate_min_short: float = 0.85
-    busy_share: float = 0.9  # share of a window a queue must be non-empty for the window to count as busy
-    window_s: float = 0.2
-    hold_max_s: float = 0.01  # rows further apart than this: busy only for the drain time of the backlog seen
-    cpu_busy: float = 0.95  # a core this busy is saturated
-    cpu_share_max: float = 0.10  # share of samples with every core saturated
-    sampler_rate_min: float = 0.9  # achieved / target sampling rate
-    # one stall of 57 ms was seen at the start of a faithful run (the previous run's namespaces being freed hold
-    # the rtnl lock the sampler's dumps need); 0.1 s still catches a sampler that falls behind
-    sampler_gap_max_s: float = 0.1
-    keyframe_s: float = 0.1  # the sampler writes a row at least this often per queue
-    # share of non-empty queue samples allowed to average more than a frame per packet: a stray 2-segment skb
-    # (seen once in 60,000 samples of a host queue, gso_max_segs 1) does not make the queue figures meaningless
-    gso_share_max: float = 0.001
-    # sender_backlog (testbed/fidelity_senders.py): share of a backlogged sender's samples with nothing to send, or
-    # of its busy time held by the receive window / send buffer; the first and last sender_edge_s are not judged
-    sender_short_max: float = 0.05
-    sender_edge_s: float = 0.5
-
-
-def _f(v: Any) -> float | None:
-    if v is None or v == "":
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def check(name: str, ok: bool | None, value: Any, threshold: Any, reason: str, details: Any = None) -> dict[str, Any]:
-    out = {"name": name, "ok": ok, "value": value, "threshold": threshold, "reason": reason}
-    if details is not None:
-        out["details"] = details
-    return out
 
 
 def _by_port(rows: Iterable[Row], window: tuple[float, float] | None) -> dict[tuple[str, str], list[Row]]:
     out: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in rows:
-        t = _f(r.get("t"))
+        t = number(r.get("t"))
         if t is None or (window is not None and not window[0] <= t <= window[1]):
             continue
         out[(str(r.get("node")), str(r.get("dev")))].append(r)
@@ -108,13 +65,13 @@ def _by_port(rows: Iterable[Row], window: tuple[float, float] | None) -> dict[tu
 
 def _tx_series(qrows: list[Row], lrows: list[Row] | None) -> np.ndarray | None:
     """tx_bytes at each queue row: the qdisc's own counter, else the interface counter interpolated."""
-    tx = [_f(r.get("tx_bytes")) for r in qrows]
+    tx = [number(r.get("tx_bytes")) for r in qrows]
     if all(x is not None for x in tx):
         return np.array(tx, dtype=float)
     if not lrows:
         return None
     lt = np.array([float(r["t"]) for r in lrows])
-    lb = np.array([_f(r.get("tx_bytes")) or 0.0 for r in lrows])
+    lb = np.array([number(r.get("tx_bytes")) or 0.0 for r in lrows])
     return np.interp([float(r["t"]) for r in qrows], lt, lb)
 
 
@@ -124,9 +81,11 @@ def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Threshol
     t = np.array([float(r["t"]) for r in qrows])
     if len(t) < 2:
         return []
-    busy = np.array([(_f(r.get("backlog_pkts")) or 0.0) > 0 or (_f(r.get("backlog_bytes")) or 0.0) > 0 for r in qrows])
+    busy = np.array(
+        [(number(r.get("backlog_pkts")) or 0.0) > 0 or (number(r.get("backlog_bytes")) or 0.0) > 0 for r in qrows]
+    )
     dt = np.diff(t)
-    backlog = np.array([_f(r.get("backlog_bytes")) or 0.0 for r in qrows[:-1]])
+    backlog = np.array([number(r.get("backlog_bytes")) or 0.0 for r in qrows[:-1]])
     drain = backlog * 8 / rate_bps if rate_bps > 0 else np.zeros_like(dt)
     # busy time of each interval: sample-and-hold when rows are close, else what the seen backlog guarantees
     busy_dt = np.where(dt <= th.hold_max_s, np.where(busy[:-1], dt, 0.0), np.minimum(dt, drain))
@@ -217,7 +176,7 @@ def check_cpu(
     cores: dict[float, list[float]] = defaultdict(list)
     alls: dict[float, float] = {}
     for r in cpu:
-        t, busy = _f(r.get("t")), _f(r.get("busy"))
+        t, busy = number(r.get("t")), number(r.get("busy"))
         if t is None or busy is None or (window is not None and not window[0] <= t <= window[1]):
             continue
         if str(r.get("cpu")) == "all":
@@ -273,7 +232,7 @@ def check_sampler(
     # Without the health file: rows are written on change or every keyframe, so only a gap can be judged.
     by_node: dict[str, list[float]] = defaultdict(list)
     for r in queues:
-        t = _f(r.get("t"))
+        t = number(r.get("t"))
         if t is not None and (window is None or window[0] <= t <= window[1]):
             by_node[str(r.get("node"))].append(t)
     if not by_node:
@@ -299,7 +258,7 @@ def check_gso(
     seen: dict[str, dict[str, Any]] = {}
     worst, nonempty = 0.0, 0
     for r in queues:
-        pk, by = _f(r.get("backlog_pkts")), _f(r.get("backlog_bytes"))
+        pk, by = number(r.get("backlog_pkts")), number(r.get("backlog_bytes"))
         if not pk or pk <= 0 or by is None:
             continue
         nonempty += 1
@@ -335,17 +294,6 @@ def check_gso(
     return check("gso_superpackets", ok or not packet_level, round(worst, 1), default, reason, seen)
 
 
-def verdict(checks: list[dict[str, Any]]) -> dict[str, Any]:
-    faithful = all(c["ok"] is not False for c in checks)
-    failed = [f"{c['name']}: {c['reason']}" for c in checks if c["ok"] is False]
-    return {
-        "faithful": faithful,
-        "status": "faithful" if faithful else "not faithful",
-        "failed": failed,
-        "checks": checks,
-    }
-
-
 def evaluate(
     queues: Iterable[Row],
     links: Iterable[Row],
@@ -361,8 +309,6 @@ def evaluate(
 ) -> dict[str, Any]:
     """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span.
     ``senders`` (senders.csv) and ``flows``: the sender_backlog check, left out when ``senders`` is None."""
-    from testbed.fidelity_senders import check_senders
-
     q, lk, c = list(queues), list(links), list(cpu)
     checks = [
         check_bottlenecks(q, ports, lk, th, window),
@@ -383,8 +329,6 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
     ``packet_level`` defaults to the scenario's ``transport.gso_max_segs == 1``.
     """
     if isinstance(run, (str, Path)):
-        from results.record import load_run
-
         run = load_run(Path(run))
     manifest = run.manifest
     if sampler_health is None:
@@ -413,12 +357,11 @@ def format_verdict(v: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def preflight(
-    fabric_spec: Any, workload: Any, caps: Mapping[str, Any] | None = None, telemetry: Any = None
-) -> dict[str, Any]:
-    """The pre-flight load estimate as the manifest records it (``testbed.preflight.manifest_entry``): ``warnings``
-    (``testbed.preflight.preflight``), ``estimate`` (with the queue sampler when ``telemetry`` is given), ``budget``,
-    ``fits`` / ``enforced``, and the cost ``model`` (this machine's calibration, or the built-in constants)."""
-    from testbed.preflight import manifest_entry
-
-    return manifest_entry(fabric_spec, workload, dict(caps or {}), telemetry)
+def guest_thresholds(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``evaluate_run``: the TCG guest's sampler allowance (``testbed.vm.guestfit``), empty
+    when not under TCG."""
+    if not guestfit.under_tcg(env):
+        return {}
+    return {
+        "th": Thresholds(sampler_gap_max_s=guestfit.TCG_SAMPLER_GAP_S, sampler_rate_min=guestfit.TCG_SAMPLER_RATE_MIN)
+    }

@@ -6,75 +6,17 @@ impossible values with a ``SpecError`` naming the key path and the reason. Nothi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
-from testbed.errors import TestbedError
-from testbed.units import Size, UnitError, parse_duration, parse_rate, parse_size
+from testbed.spec.fields import SpecError, check_keys, choice, integer, number, sub, unit
+from testbed.spec.units import Size, parse_duration, parse_rate, parse_size
 
 # The most this 2-core machine kind emulates faithfully per link (machine.md: one flow is accurate to about
 # 200 Mbit/s; HTB from 100 kbit/s up to that). Scenarios state higher real-world rates with a scale factor.
 MIN_RATE_BPS = 100_000
 MAX_RATE_BPS = 1_000_000_000
 ETH_HEADER = 14
-
-
-class SpecError(TestbedError, ValueError):
-    """A scenario value that cannot be built: names the key path and the reason."""
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"{path}: {reason}" if path else reason)
-        self.path = path
-        self.reason = reason
-
-
-def check_keys(data: Mapping[str, Any], allowed: set[str], path: str, required: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    if not isinstance(data, Mapping):
-        raise SpecError(path, f"expected a mapping, got {type(data).__name__} {data!r}")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise SpecError(
-            f"{path}.{unknown[0]}" if path else unknown[0], f"unknown key (allowed: {', '.join(sorted(allowed))})"
-        )
-    missing = sorted(required - set(data))
-    if missing:
-        raise SpecError(f"{path}.{missing[0]}" if path else missing[0], "required key is missing")
-
-
-def _sub(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _unit(path: str, fn: Any, value: Any, *args: Any) -> Any:
-    try:
-        return fn(value, *args)
-    except UnitError as exc:
-        raise SpecError(path, str(exc)) from None
-
-
-def _int(path: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(path, f"expected an integer, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        raise SpecError(path, f"must be in [{lo}, {hi if hi is not None else 'inf'}], got {value}")
-    return value
-
-
-def _float(path: str, value: Any, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(path, f"expected a number, got {value!r}")
-    if not lo <= float(value) <= hi:
-        raise SpecError(path, f"must be in [{lo}, {hi}], got {value}")
-    return float(value)
-
-
-def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value is False and "off" in choices:  # YAML reads a bare `off` as False
-        return "off"
-    if value not in choices:
-        raise SpecError(path, f"must be one of {', '.join(choices)}, got {value!r}")
-    return cast(str, value)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -109,26 +51,26 @@ class Marking:
         if data is None or data is False or data == "off":
             return cls()
         check_keys(data, {"mode", "k", "kmin", "kmax", "pmax", "impl"}, path, {"mode"})
-        mode = cast(MarkMode, _choice(_sub(path, "mode"), data["mode"], ("off", "step", "ramp")))
-        impl = cast(MarkImpl, _choice(_sub(path, "impl"), data.get("impl", "auto"), ("auto", "kernel", "bpf")))
+        mode = cast(MarkMode, choice(sub(path, "mode"), data["mode"], ("off", "step", "ramp")))
+        impl = cast(MarkImpl, choice(sub(path, "impl"), data.get("impl", "auto"), ("auto", "kernel", "bpf")))
         if mode == "off":
             extra = sorted(set(data) - {"mode", "impl"})
             if extra:
-                raise SpecError(_sub(path, extra[0]), "only meaningful when mode is step or ramp")
+                raise SpecError(sub(path, extra[0]), "only meaningful when mode is step or ramp")
             return cls(impl=impl)
         if mode == "step":
             check_keys(data, {"mode", "k", "impl"}, path, {"k"})
-            return cls(mode, k=_unit(_sub(path, "k"), parse_size, data["k"]), impl=impl)
+            return cls(mode, k=unit(sub(path, "k"), parse_size, data["k"]), impl=impl)
         check_keys(data, {"mode", "kmin", "kmax", "pmax", "impl"}, path, {"kmin", "kmax", "pmax"})
-        kmin = _unit(_sub(path, "kmin"), parse_size, data["kmin"])
-        kmax = _unit(_sub(path, "kmax"), parse_size, data["kmax"])
-        pmax = _float(_sub(path, "pmax"), data["pmax"], 0.0, 1.0)
+        kmin = unit(sub(path, "kmin"), parse_size, data["kmin"])
+        kmax = unit(sub(path, "kmax"), parse_size, data["kmax"])
+        pmax = number(sub(path, "pmax"), data["pmax"], 0.0, 1.0)
         if pmax <= 0.0:
-            raise SpecError(_sub(path, "pmax"), "must be in (0, 1]")
+            raise SpecError(sub(path, "pmax"), "must be in (0, 1]")
         if kmin.unit != kmax.unit:
-            raise SpecError(_sub(path, "kmax"), "kmin and kmax must use the same unit (bytes or packets)")
+            raise SpecError(sub(path, "kmax"), "kmin and kmax must use the same unit (bytes or packets)")
         if kmin.value > kmax.value:
-            raise SpecError(_sub(path, "kmin"), f"kmin ({kmin}) is above kmax ({kmax})")
+            raise SpecError(sub(path, "kmin"), f"kmin ({kmin}) is above kmax ({kmax})")
         return cls(mode, kmin=kmin, kmax=kmax, pmax=pmax, impl=impl)
 
     def thresholds_bytes(self, mtu: int) -> tuple[int, int]:
@@ -173,44 +115,44 @@ class LinkSpec:
         check_keys(data, LINK_KEYS, path)
         spec = base or cls()
         if "rate" in data:
-            spec = replace(spec, rate_bps=_unit(_sub(path, "rate"), parse_rate, data["rate"]))
+            spec = replace(spec, rate_bps=unit(sub(path, "rate"), parse_rate, data["rate"]))
         if "buffer" in data:
-            spec = replace(spec, buffer=_unit(_sub(path, "buffer"), parse_size, data["buffer"]))
+            spec = replace(spec, buffer=unit(sub(path, "buffer"), parse_size, data["buffer"]))
         if "mtu" in data:
-            spec = replace(spec, mtu=_int(_sub(path, "mtu"), data["mtu"], 576, 9000))
+            spec = replace(spec, mtu=integer(sub(path, "mtu"), data["mtu"], 576, 9000))
         if "loss" in data:
-            spec = replace(spec, loss=_float(_sub(path, "loss"), data["loss"], 0.0, 0.5))
+            spec = replace(spec, loss=number(sub(path, "loss"), data["loss"], 0.0, 0.5))
         if "delay" in data:
-            spec = replace(spec, delay_s=_unit(_sub(path, "delay"), parse_duration, data["delay"]))
+            spec = replace(spec, delay_s=unit(sub(path, "delay"), parse_duration, data["delay"]))
         if "ecn" in data:
-            spec = replace(spec, marking=Marking.from_dict(data["ecn"], _sub(path, "ecn")))
+            spec = replace(spec, marking=Marking.from_dict(data["ecn"], sub(path, "ecn")))
         spec.validate(path)
         return spec
 
     def validate(self, path: str) -> None:
         if self.rate_bps < MIN_RATE_BPS:
             raise SpecError(
-                _sub(path, "rate"), f"{self.rate_bps} bit/s is below {MIN_RATE_BPS} bit/s, where HTB is accurate"
+                sub(path, "rate"), f"{self.rate_bps} bit/s is below {MIN_RATE_BPS} bit/s, where HTB is accurate"
             )
         if self.rate_bps > MAX_RATE_BPS:
             raise SpecError(
-                _sub(path, "rate"),
+                sub(path, "rate"),
                 f"{self.rate_bps / 1e6:g} Mbit/s is above the {MAX_RATE_BPS / 1e6:g} Mbit/s this machine can emulate "
                 "faithfully; state real-world rates scaled down (e.g. 400G as 400Mbit)",
             )
         frame = self.mtu + ETH_HEADER
         if self.buffer.to_bytes(self.mtu) < frame:
             raise SpecError(
-                _sub(path, "buffer"), f"{self.buffer} is smaller than one frame ({frame} bytes at MTU {self.mtu})"
+                sub(path, "buffer"), f"{self.buffer} is smaller than one frame ({frame} bytes at MTU {self.mtu})"
             )
         if self.marking.mode != "off":
             low, high = self.marking.thresholds_bytes(self.mtu)
             limit = self.buffer.to_bytes(self.mtu)
             if high > limit:
                 key = "k" if self.marking.mode == "step" else "kmax"
-                raise SpecError(_sub(path, f"ecn.{key}"), f"threshold {high} bytes is above the buffer ({limit} bytes)")
+                raise SpecError(sub(path, f"ecn.{key}"), f"threshold {high} bytes is above the buffer ({limit} bytes)")
             if self.marking.mode == "step" and low <= 0:
-                raise SpecError(_sub(path, "ecn.k"), "must be positive")
+                raise SpecError(sub(path, "ecn.k"), "must be positive")
 
     @property
     def buffer_bytes(self) -> int:
@@ -240,10 +182,10 @@ class EcmpSpec:
     @classmethod
     def from_dict(cls, data: Any, path: str) -> EcmpSpec:
         check_keys(data, {"hash", "seed"}, path)
-        h = cast(Literal["l3", "l4"], _choice(_sub(path, "hash"), data.get("hash", "l4"), ("l3", "l4")))
+        h = cast(Literal["l3", "l4"], choice(sub(path, "hash"), data.get("hash", "l4"), ("l3", "l4")))
         seed = data.get("seed")
         if seed is not None:
-            seed = _int(_sub(path, "seed"), seed, 0, 2**32 - 1)
+            seed = integer(sub(path, "seed"), seed, 0, 2**32 - 1)
         return cls(h, seed)
 
     @property
@@ -267,12 +209,12 @@ class TransportSpec:
     def from_dict(cls, data: Any, path: str) -> TransportSpec:
         check_keys(data, {"cc", "ecn", "gso_max_segs"}, path)
         cc = cast(
-            CongestionControl, _choice(_sub(path, "cc"), data.get("cc", "cubic"), ("reno", "cubic", "bbr", "dctcp"))
+            CongestionControl, choice(sub(path, "cc"), data.get("cc", "cubic"), ("reno", "cubic", "bbr", "dctcp"))
         )
         ecn = data.get("ecn", True)
         if not isinstance(ecn, bool):
-            raise SpecError(_sub(path, "ecn"), f"expected true or false, got {ecn!r}")
-        segs = _int(_sub(path, "gso_max_segs"), data.get("gso_max_segs", 1), 1, 65535)
+            raise SpecError(sub(path, "ecn"), f"expected true or false, got {ecn!r}")
+        segs = integer(sub(path, "gso_max_segs"), data.get("gso_max_segs", 1), 1, 65535)
         if cc == "dctcp" and not ecn:
-            raise SpecError(_sub(path, "ecn"), "DCTCP needs ECN: set transport.ecn true (or pick another cc)")
+            raise SpecError(sub(path, "ecn"), "DCTCP needs ECN: set transport.ecn true (or pick another cc)")
         return cls(cc, ecn, segs)

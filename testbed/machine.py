@@ -1,0 +1,27 @@
+"""What this machine can do, as a run records it and doctor prints it: the capability probe
+(``testbed.host.probe``) plus the CPU cost calibration's status (``testbed.calibrate.cache``).
+
+The calibration sits above the fabric it measures, so the host-layer probe cannot read it; this module joins the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from testbed.calibrate import cache
+from testbed.host import capabilities
+from testbed.host import probe as host_probe
+from testbed.host.capabilities import Capabilities
+
+
+def probe() -> Capabilities:
+    """``testbed.host.probe.probe()`` with ``calibration``: this machine's calibration, or why there is none."""
+    return dataclasses.replace(host_probe.probe(), calibration=cache.status())
+
+
+def doctor_rows(caps: Capabilities) -> list[tuple[str, str, str, str]]:
+    """doctor's table: the capabilities' rows, then the calibration's when ``caps`` has it."""
+    rows = capabilities.doctor_rows(caps)
+    if caps.calibration is not None:
+        rows.append(("CPU cost calibration", *cache.describe_status(dict(caps.calibration))))
+    return rows

@@ -1,0 +1,314 @@
+"""Typed, frozen job specs for a scenario's ``workload:`` list, parsed from plain data.
+
+Every job is a mapping with ``kind`` and ``name``; ``parse_job`` rejects unknown keys and impossible values with a
+``SpecError`` naming the key path (``workload[2].size``). Sizes use ``testbed.spec.units`` (``"4MB"`` = 4,000,000 bytes,
+``"4MiB"`` = 4,194,304), durations ``"10ms"``, rates ``"10Mbit"``.
+
+Keys common to every kind:
+- ``name``: unique job name (required). ``kind``: one of ``KINDS`` (required).
+- ``start_after``: seconds after the workload starts before this job starts (default 0).
+- ``cc``: per-socket congestion control (``TCP_CONGESTION``) for every TCP socket of the job, e.g. ``cubic``;
+  default: the host namespace's default.
+Keys of the rank-based kinds (collectives, ps, pipeline):
+- ``ranks``: ``all`` (every host, fabric order), ``one_per_leaf`` (first host of each leaf), ``leaf_interleaved``
+  (all hosts ordered round-robin across leaves, so every ring hop crosses a spine) or a list of host names.
+- ``iterations`` (default 10), ``warmup`` (extra iterations first, flagged warmup, default 1),
+  ``compute_gap``: compute time per iteration before the communication (default 0),
+  ``timeout``: seconds the job may run before it is failed (default 60).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from testbed.spec import fields as f
+from testbed.spec.fields import SpecError, check_keys, choice, spec_field, sub
+
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
+KINDS = (
+    *COLLECTIVES,
+    "ps",
+    "pipeline",
+    "iperf",
+    "rtt_probe",
+    "shortflows",
+    "incast",
+    "scapy_train",
+)
+ALGORITHMS = {
+    "allreduce": ("ring", "hierarchical", "tree", "halving_doubling"),
+    "allgather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "broadcast": ("ring", "tree"),
+    "alltoall": ("pairwise",),
+}
+CCS = ("reno", "cubic", "bbr", "dctcp")
+NO_RANKS = frozenset({"ranks"})
+
+
+@dataclass(frozen=True)
+class JobBase:
+    name: str = spec_field("", f.name, required=True)
+    kind: str = spec_field("", f.one_of(*KINDS), required=True)
+    start_after: float = spec_field(0.0, f.duration)
+    cc: str | None = spec_field(None, f.one_of(*CCS))
+
+    LEAVE_OUT: ClassVar[frozenset[str]] = frozenset()  # inherited keys this kind does not read
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str) -> Any:
+        """Read every declared key of this kind, fill the defaults that depend on others, then check the whole."""
+        values = f.read_fields(cls, data, path, cls.LEAVE_OUT)
+        job = cls(**cls.defaults(values))
+        job.check(data, path)
+        return job
+
+    @classmethod
+    def defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Defaults that depend on other fields (none unless a kind says so)."""
+        return values
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        """Checks across fields, with the key path of the one to change (none unless a kind says so)."""
+
+    def hosts_used(self) -> tuple[str, ...]:
+        """Every host this job names explicitly (``ranks: all`` names none), for the scenario's host check."""
+        out: list[str] = []
+        for key in ("src", "dst", "receiver", "senders", "workers", "servers", "stages", "ranks", "pairs"):
+            value = getattr(self, key, None)
+            if isinstance(value, str) and key not in ("ranks",) and value:
+                out.append(value)
+            elif isinstance(value, tuple):
+                for item in value:
+                    out.extend(item if isinstance(item, tuple) else (item,))
+        return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class RankedJob(JobBase):
+    ranks: str | tuple[str, ...] = spec_field("all", f.rank_list)
+    iterations: int = spec_field(10, f.ints(1, 100_000))
+    warmup: int = spec_field(1, f.ints(0, 1000))
+    compute_gap: float = spec_field(0.0, f.duration)
+    timeout: float = spec_field(60.0, f.duration)
+
+
+@dataclass(frozen=True)
+class CollectiveJob(RankedJob):
+    """A collective (``kind`` in COLLECTIVES). Keys beyond the common ones:
+    ``size``: the buffer S in bytes (nccl-tests' S: the total buffer for allgather/reduce_scatter/alltoall);
+    ``algorithm``: allreduce ring|hierarchical|tree|halving_doubling, broadcast ring|tree (pipelined chain or
+    binary tree), others ring (alltoall: pairwise); ``slice``: the pipelining unit a rank forwards as soon as it
+    has it (default 32KB: docs/bench.md has what larger slices cost); ``bucket``: split the buffer into this many
+    buckets, bucket i ready after (i+1)/bucket of ``compute_gap`` (overlapped with compute; default 1 = no
+    bucketing); ``compression``: ratio r, every message carries S/r bytes (default 1); ``channels``: TCP
+    connections per rank pair, each carrying an equal share of every block (all-to-all only; default 4 for
+    all-to-all: more flows for ECMP to spread)."""
+
+    size: int = spec_field(4_000_000, f.bytes_)
+    algorithm: str = spec_field("", f.one_of(*dict.fromkeys(a for algs in ALGORITHMS.values() for a in algs)))
+    slice: int = spec_field(32_768, f.bytes_)
+    bucket: int = spec_field(1, f.ints(1, 1024))
+    compression: float = spec_field(1.0, f.numbers(1.0, 1e6))
+    channels: int = spec_field(0, f.ints(1, 64))
+
+    @classmethod
+    def defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        kind = values["kind"]
+        values.setdefault("algorithm", ALGORITHMS[kind][0])
+        values.setdefault("channels", 4 if kind == "alltoall" else 1)
+        return values
+
+    def __post_init__(self) -> None:  # built directly (not from a scenario): the kind's own defaults
+        if not self.algorithm and self.kind in ALGORITHMS:
+            object.__setattr__(self, "algorithm", ALGORITHMS[self.kind][0])
+        if not self.channels:
+            object.__setattr__(self, "channels", 4 if self.kind == "alltoall" else 1)
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        choice(sub(path, "algorithm"), self.algorithm, ALGORITHMS[self.kind])
+        if self.channels > 1 and self.kind != "alltoall":
+            raise SpecError(sub(path, "channels"), "only all-to-all spreads its blocks over several connections")
+
+    @property
+    def wire_size(self) -> int:
+        return max(1, int(self.size / self.compression))
+
+
+@dataclass(frozen=True)
+class PsJob(RankedJob):
+    """Parameter server: ``workers`` and ``servers`` (host lists, required; ``ranks`` is not used); each worker
+    pushes ``size`` bytes of gradients (sharded S/P per server) then pulls ``size`` bytes back, all workers at
+    once."""
+
+    workers: tuple[str, ...] = spec_field((), f.hosts(), required=True)
+    servers: tuple[str, ...] = spec_field((), f.hosts(), required=True)
+    size: int = spec_field(4_000_000, f.bytes_)
+    slice: int = spec_field(32_768, f.bytes_)
+
+    LEAVE_OUT: ClassVar[frozenset[str]] = NO_RANKS
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        both = sorted(set(self.workers) & set(self.servers))
+        if both:
+            raise SpecError(sub(path, "servers"), f"a host is both worker and server: {both}")
+
+
+@dataclass(frozen=True)
+class PipelineJob(RankedJob):
+    """Pipeline parallelism: ``stages`` (host list, stage order), ``microbatches`` M, ``activation`` and
+    ``gradient`` message sizes, ``compute`` time per micro-batch per stage forward (``compute_bwd`` backward,
+    default = ``compute``), ``schedule`` gpipe|1f1b (``ranks`` is not used)."""
+
+    stages: tuple[str, ...] = spec_field((), f.hosts(2), required=True)
+    microbatches: int = spec_field(8, f.ints(1, 10_000))
+    activation: int = spec_field(1_000_000, f.bytes_)
+    gradient: int = spec_field(1_000_000, f.bytes_)
+    compute: float = spec_field(0.05, f.duration)
+    compute_bwd: float = spec_field(0.05, f.duration)
+    schedule: str = spec_field("gpipe", f.one_of("gpipe", "1f1b"))
+
+    LEAVE_OUT: ClassVar[frozenset[str]] = NO_RANKS
+
+    @classmethod
+    def defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        if "compute" in values:
+            values.setdefault("compute_bwd", values["compute"])
+        return values
+
+
+@dataclass(frozen=True)
+class IperfJob(JobBase):
+    """iperf3 flow(s) src -> dst: ``proto`` tcp|udp, ``rate`` (udp target rate, or a tcp cap), ``duration``,
+    ``parallel`` streams, ``on``/``off`` seconds (on/off cycling: repeated clients of ``on`` s separated by ``off``
+    s for ``duration`` in total; default long-lived), ``interval`` of the JSON samples (default 0.1 s), ``cport``:
+    the client's source port (stream i of ``parallel`` binds cport + i; default ephemeral). With the ECMP seed
+    fixed, fixed source ports make every flow's path, and so the collision pattern, the same in every run. The
+    server listens on 5201 + the job's index."""
+
+    src: str = spec_field("", f.host, required=True)
+    dst: str = spec_field("", f.host, required=True)
+    proto: str = spec_field("tcp", f.one_of("tcp", "udp"))
+    rate_bps: int | None = spec_field(None, f.rate, key="rate")
+    duration: float = spec_field(5.0, f.duration)
+    parallel: int = spec_field(1, f.ints(1, 128))
+    on: float | None = spec_field(None, f.duration)
+    off: float | None = spec_field(None, f.duration)
+    interval: float = spec_field(0.1, f.duration)
+    cport: int | None = spec_field(None, f.ints(1024, 65535))
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        if self.src == self.dst:
+            raise SpecError(sub(path, "src"), f"host names repeat: {[self.src, self.dst]!r}")
+        if self.proto == "udp" and self.rate_bps is None:
+            raise SpecError(sub(path, "rate"), "a udp flow needs a rate")
+        if (self.on is None) != (self.off is None):
+            raise SpecError(sub(path, "off" if self.off is None else "on"), "on and off go together")
+        if self.cport is not None:
+            f.integer(sub(path, "cport"), self.cport, 1024, 65536 - self.parallel)
+            if self.on is not None:  # each cycle's new client would bind a port the last one may still hold
+                raise SpecError(sub(path, "cport"), "a fixed client port cannot be combined with on/off cycling")
+        for key in ("duration", "on"):  # iperf3 3.12 reads -t with atoi: 0.5 would mean "forever"
+            value = getattr(self, key)
+            if key in data and value is not None and not float(value).is_integer():
+                raise SpecError(sub(path, key), "iperf3 runs whole seconds only (its -t is an integer)")
+
+    def cports(self) -> range:
+        """The source ports the streams bind (empty: ephemeral)."""
+        return range(self.cport, self.cport + self.parallel) if self.cport is not None else range(0)
+
+
+@dataclass(frozen=True)
+class RttProbeJob(JobBase):
+    """Latency probe: request/response of ``size`` bytes over TCP (``proto``; or udp) between each [src, dst] of
+    ``pairs`` every ``interval`` seconds for ``duration`` seconds; each round trip goes to rtt.csv."""
+
+    pairs: tuple[tuple[str, str], ...] = spec_field((), f.host_pairs, required=True)
+    interval: float = spec_field(0.01, f.duration)
+    size: int = spec_field(64, f.bytes_)
+    duration: float = spec_field(5.0, f.duration)
+    proto: str = spec_field("tcp", f.one_of("tcp", "udp"))
+
+
+@dataclass(frozen=True)
+class ShortFlowsJob(JobBase):
+    """Short flows (``kind: shortflows``: each sender opens ``count`` flows to the receiver, ``concurrency`` at a
+    time) or incast (``kind: incast``: ``count`` rounds, in each every sender sends one flow at once).
+    ``senders`` (host list), ``receiver``, ``sizes``: a list of [size, weight] (size distribution; one size: a
+    single item), ``seed`` of the size draw, ``timeout``."""
+
+    senders: tuple[str, ...] = spec_field((), f.hosts(), required=True)
+    receiver: str = spec_field("", f.host, required=True)
+    sizes: tuple[tuple[int, float], ...] = spec_field(((100_000, 1.0),), f.size_distribution)
+    count: int = spec_field(20, f.ints(1, 100_000))
+    concurrency: int = spec_field(1, f.ints(1, 1000))
+    seed: int = spec_field(1, f.ints(0, 2**31))
+    timeout: float = spec_field(60.0, f.duration)
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        if self.receiver in self.senders:
+            raise SpecError(sub(path, "receiver"), f"expected a host name that is not a sender, got {self.receiver!r}")
+
+
+@dataclass(frozen=True)
+class ScapyTrainJob(JobBase):
+    """Packet trains from ``src`` to ``dst`` with scapy: ``trains`` bursts of ``burst`` back-to-back packets of
+    ``size`` bytes (IP packet), ``gap`` seconds between bursts, ``payload`` roce (UDP 4791 + BTH) or udp, ``ecn``
+    ect0|ect1|not_ect|ce, ``capture``: record what arrives at dst (counts, CE marks, order)."""
+
+    src: str = spec_field("", f.host, required=True)
+    dst: str = spec_field("", f.host, required=True)
+    trains: int = spec_field(10, f.ints(1, 100_000))
+    burst: int = spec_field(32, f.ints(1, 100_000))
+    size: int = spec_field(1000, f.ints(64, 9000))
+    gap: float = spec_field(0.01, f.duration)
+    payload: str = spec_field("roce", f.one_of("roce", "udp"))
+    ecn: str = spec_field("ect0", f.one_of("ect0", "ect1", "not_ect", "ce"))
+    capture: bool = spec_field(True, f.boolean)
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        if self.src == self.dst:
+            raise SpecError(sub(path, "src"), f"host names repeat: {[self.src, self.dst]!r}")
+
+
+JobSpec = CollectiveJob | PsJob | PipelineJob | IperfJob | RttProbeJob | ShortFlowsJob | ScapyTrainJob
+SPEC_OF: dict[str, type[JobBase]] = {
+    **dict.fromkeys(COLLECTIVES, CollectiveJob),
+    "ps": PsJob,
+    "pipeline": PipelineJob,
+    "iperf": IperfJob,
+    "rtt_probe": RttProbeJob,
+    "shortflows": ShortFlowsJob,
+    "incast": ShortFlowsJob,
+    "scapy_train": ScapyTrainJob,
+}
+
+
+def parse_job(data: Any, path: str) -> JobSpec:
+    """Build one job spec from a scenario mapping; raise SpecError naming the key path on anything wrong."""
+    check_keys(data, set(data) if isinstance(data, Mapping) else set(), path, {"kind", "name"})
+    kind = choice(sub(path, "kind"), data["kind"], KINDS)
+    f.name(sub(path, "name"), data["name"])
+    job: JobSpec = SPEC_OF[kind].from_dict(data, path)
+    return job
+
+
+def parse_workload(data: Any, path: str = "workload") -> tuple[JobSpec, ...]:
+    """Parse the ``workload:`` list; job names must be unique, and so must fixed client ports on one host."""
+    if not isinstance(data, list):
+        raise SpecError(path, f"expected a list of jobs, got {type(data).__name__}")
+    jobs = tuple(parse_job(item, f"{path}[{i}]") for i, item in enumerate(data))
+    seen: set[str] = set()
+    bound: dict[tuple[str, int], str] = {}
+    for i, job in enumerate(jobs):
+        if job.name in seen:
+            raise SpecError(f"{path}[{i}].name", f"duplicate job name {job.name!r}")
+        seen.add(job.name)
+        if isinstance(job, IperfJob):
+            for port in job.cports():
+                other = bound.setdefault((job.src, port), job.name)
+                if other != job.name:
+                    raise SpecError(f"{path}[{i}].cport", f"{job.src} port {port} is also bound by job {other!r}")
+    return jobs
