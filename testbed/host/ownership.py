@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import TestbedError
+from testbed.host.staging import PREFIX, STAGE_ROOT
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 PREFIX_RE = re.compile(r"^tb[0-9a-f]{4}$")
@@ -224,8 +225,6 @@ def clean(quiet: bool = False) -> list[str]:
 
 def clean_stages(root: Path | None = None) -> list[str]:
     """Remove the sampler stages (``staging``) whose owner, the pid in the name, is gone."""
-    from testbed.host.staging import PREFIX, STAGE_ROOT
-
     log = []
     for d in sorted((root or STAGE_ROOT).glob(f"{PREFIX}*-*")):
         pid = d.name[len(PREFIX) :].split("-", 1)[0]

@@ -32,8 +32,10 @@ import yaml
 
 from testbed.spec.fabric import FabricSpec, Override
 from testbed.spec.fields import SpecError, check_keys, integer, number, sub
+from testbed.spec.scaling import apply_scale
 from testbed.spec.topology import Topology
 from testbed.spec.units import Size, UnitError, parse_duration
+from testbed.spec.workload import parse_workload
 
 SCENARIO_KEYS = {
     "name",
@@ -154,13 +156,9 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
     name = data["name"]
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise SpecError("name", f"must be a short identifier (letters, digits, - _ .), got {name!r}")
-    from testbed.spec.scaling import apply_scale
-
     fabric_raw, scale_notes = apply_scale(data["fabric"])
     fabric = FabricSpec.from_dict(fabric_raw, "fabric")
     topo = Topology(fabric)  # refuses overrides naming links that do not exist
-    from testbed.spec.workload import parse_workload
-
     workload = parse_workload(data.get("workload", []) or [], "workload")
     for i, job in enumerate(workload):
         check_hosts = getattr(job, "hosts_used", None)
