@@ -13,27 +13,11 @@ import socket
 import subprocess
 import sys
 
+from testbed.host.probe import RED_ECN_TRIAL
+
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
-RED_ECN = [
-    "red",
-    "limit",
-    "400000",
-    "min",
-    "30000",
-    "max",
-    "90000",
-    "avpkt",
-    "1500",
-    "burst",
-    "21",
-    "probability",
-    "0.1",
-    "bandwidth",
-    "100mbit",
-    "ecn",
-]
 QDISCS: dict[str, tuple[list[str], str]] = {  # name -> (tc args, word that `tc qdisc show` must print)
-    "red+ecn": (RED_ECN, "ecn"),
+    "red+ecn": (RED_ECN_TRIAL, "ecn"),
     "netem": (["netem", "delay", "1ms"], "delay 1ms"),
     "fq_codel": (["fq_codel"], "fq_codel"),
 }
