@@ -114,14 +114,7 @@ class CollectiveJob(RankedJob):
     compression: float = spec_field(1.0, f.numbers(1.0, 1e6))
     channels: int = spec_field(0, f.ints(1, 64))
 
-    @classmethod
-    def defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
-        kind = values["kind"]
-        values.setdefault("algorithm", ALGORITHMS[kind][0])
-        values.setdefault("channels", 4 if kind == "alltoall" else 1)
-        return values
-
-    def __post_init__(self) -> None:  # built directly (not from a scenario): the kind's own defaults
+    def __post_init__(self) -> None:  # defaults that depend on the kind (all-to-all: 4 channels)
         if not self.algorithm and self.kind in ALGORITHMS:
             object.__setattr__(self, "algorithm", ALGORITHMS[self.kind][0])
         if not self.channels:
