@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
+
+import pandas as pd
 
 Row = Mapping[str, Any]
+# a table as the guardrails take it: a DataFrame (a record's, as read) or row dicts (a test's)
+Rows = Union[pd.DataFrame, Iterable[Row]]
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,13 @@ class Thresholds:
     # of its busy time held by the receive window / send buffer; the first and last sender_edge_s are not judged
     sender_short_max: float = 0.05
     sender_edge_s: float = 0.5
+
+
+def as_frame(rows: Rows) -> pd.DataFrame:
+    """A table as columns: a DataFrame as it is, a list of row dicts (a test's, a sampler's) made into one."""
+    if isinstance(rows, pd.DataFrame):
+        return rows
+    return pd.DataFrame.from_records(list(rows))
 
 
 def number(v: Any) -> float | None:

@@ -3,8 +3,9 @@
 ``python3 -m testbed report --pending DIR``: write every report that was deferred under DIR (``defer_report``: the
 software-emulated guest leaves its scenario reports to the host, where one takes ~3 s instead of 46-72 s).
 
-Never writes into the run records: metrics are computed afresh from the tables (so an incomplete run, which has
-no summary.json, is reported like any other and labelled as such).
+Never writes into the run records. A complete record's metrics are its own summary.json (what its run computed);
+a record without one (an incomplete or failed run) is summarized afresh from its tables, and reported like any
+other, labelled as such. ``--recompute`` summarizes every record afresh (after a metric's definition changed).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import logging
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from results.compare import compare, to_markdown, to_text, write_csv
 from results.html import reading, render
+from results.metrics import SUMMARY_SCHEMA
 from results.plots import make_plots
-from results.record import RecordError, find_runs
+from results.record import RecordError, Run, find_runs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="a run directory or a directory above runs")
     p.add_argument("-o", "--out", type=Path, default=None, help="output directory (default: ./reports/<UTC timestamp>)")
     p.add_argument("--no-plots", action="store_true", help="only the table (CSV, Markdown, terminal)")
+    p.add_argument("--recompute", action="store_true", help="summarize every record afresh, ignoring summary.json")
     p.add_argument("-v", "--verbose", action="store_true", help="log skipped figures and progress")
     return p
 
@@ -56,6 +60,16 @@ def pending_main(root: Path) -> int:
     return rc
 
 
+def recorded_summaries(runs: list[Run]) -> dict[str, dict[str, Any]]:
+    """The summary.json of each complete record written by this summary schema (the others are summarized afresh)."""
+    out = {}
+    for r in runs:
+        s = r.summary if r.status == "complete" else None
+        if s is not None and s.get("schema") == SUMMARY_SCHEMA:
+            out[r.run_id] = s
+    return out
+
+
 def report_main(argv: list[str]) -> int:
     if argv[:1] == ["--pending"]:
         if len(argv) != 2:
@@ -71,7 +85,7 @@ def report_main(argv: list[str]) -> int:
         return 2
     out = args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)
-    cmp = compare(runs)
+    cmp = compare(runs, None if args.recompute else recorded_summaries(runs))
     print(to_text(cmp))
     write_csv(cmp, out / "comparison.csv")
     (out / "comparison.md").write_text(to_markdown(cmp), encoding="utf-8")

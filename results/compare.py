@@ -229,6 +229,7 @@ def compare(runs: Sequence[Run], summaries: dict[str, dict[str, Any]] | None = N
     for r in runs:
         if r.run_id not in summaries:
             summaries[r.run_id] = summarize(r)
+            r.forget()  # streamed: one run's raw tables in memory at a time
     variants = detect_variants(runs)
     groups: dict[tuple[str, str], list[Run]] = {}
     for r in sorted(runs, key=lambda r: int(r.manifest.get("repeat_index") or 0)):

@@ -28,16 +28,18 @@ Checks (thresholds in ``Thresholds``):
 from __future__ import annotations
 
 import json
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from results.checks import Row, Thresholds, check, number, verdict
+from results.checks import Rows, Thresholds, as_frame, check, verdict
 from results.fidelity_senders import check_senders
+from results.ports import PortRows, split_ports
 from results.record import load_run
+from results.tables import numbers
 from testbed.vm import guestfit
 
 ETH_HEADER = 14
@@ -51,62 +53,57 @@ GSO_SLACK = 128
 READ_APART = "backlog_bytes > (backlog_pkts + 1) x frame"
 
 
-def _by_port(rows: Iterable[Row], window: tuple[float, float] | None) -> dict[tuple[str, str], list[Row]]:
-    out: dict[tuple[str, str], list[Row]] = defaultdict(list)
-    for r in rows:
-        t = number(r.get("t"))
-        if t is None or (window is not None and not window[0] <= t <= window[1]):
-            continue
-        out[(str(r.get("node")), str(r.get("dev")))].append(r)
-    for v in out.values():
-        v.sort(key=lambda r: float(r["t"]))
-    return out
+def _in_window(df: pd.DataFrame, col: str, window: tuple[float, float] | None) -> pd.DataFrame:
+    """Rows whose ``col`` is a number inside ``window`` (any number when there is none), ``col`` made float."""
+    t = numbers(df, col)
+    keep = t.notna() if window is None else (t >= window[0]) & (t <= window[1])
+    return df[keep].assign(**{col: t[keep]})
 
 
-def _tx_series(qrows: list[Row], lrows: list[Row] | None) -> np.ndarray | None:
+def _by_port(rows: Rows, window: tuple[float, float] | None, cols: tuple[str, ...]) -> dict[tuple[str, str], PortRows]:
+    return split_ports(as_frame(rows), cols, window)
+
+
+def _tx_series(q: PortRows, lk: PortRows | None) -> np.ndarray | None:
     """tx_bytes at each queue row: the qdisc's own counter, else the interface counter interpolated."""
-    tx = [number(r.get("tx_bytes")) for r in qrows]
-    if all(x is not None for x in tx):
-        return np.array(tx, dtype=float)
-    if not lrows:
+    tx = q["tx_bytes"]
+    if not np.isnan(tx).any():
+        return tx
+    if lk is None or not len(lk["t"]):
         return None
-    lt = np.array([float(r["t"]) for r in lrows])
-    lb = np.array([number(r.get("tx_bytes")) or 0.0 for r in lrows])
-    return np.interp([float(r["t"]) for r in qrows], lt, lb)
+    return np.interp(q["t"], lk["t"], np.nan_to_num(lk["tx_bytes"], nan=0.0))
 
 
-def port_windows(qrows: list[Row], tx: np.ndarray, rate_bps: float, th: Thresholds) -> list[dict[str, float]]:
+def port_windows(q: PortRows, tx: np.ndarray, rate_bps: float, th: Thresholds) -> list[dict[str, float]]:
     """Per window of ``th.window_s``: covered time, busy time, delivered bytes, and their rate over the busy time as a
     fraction of ``rate_bps`` (``ratio``)."""
-    t = np.array([float(r["t"]) for r in qrows])
+    t = q["t"]
     if len(t) < 2:
         return []
-    busy = np.array(
-        [(number(r.get("backlog_pkts")) or 0.0) > 0 or (number(r.get("backlog_bytes")) or 0.0) > 0 for r in qrows]
-    )
+    pkts, nbytes = np.nan_to_num(q["backlog_pkts"], nan=0.0), np.nan_to_num(q["backlog_bytes"], nan=0.0)
+    busy = (pkts > 0) | (nbytes > 0)
     dt = np.diff(t)
-    backlog = np.array([number(r.get("backlog_bytes")) or 0.0 for r in qrows[:-1]])
-    drain = backlog * 8 / rate_bps if rate_bps > 0 else np.zeros_like(dt)
+    drain = nbytes[:-1] * 8 / rate_bps if rate_bps > 0 else np.zeros_like(dt)
     # busy time of each interval: sample-and-hold when rows are close, else what the seen backlog guarantees
     busy_dt = np.where(dt <= th.hold_max_s, np.where(busy[:-1], dt, 0.0), np.minimum(dt, drain))
     db = np.diff(tx)
     valid = (dt > 0) & (db >= 0)  # a negative delta is a counter reset
     win = ((t[:-1] - t[0]) // th.window_s).astype(int)
+    spans = np.bincount(win, weights=np.where(valid, dt, 0.0))
+    busy_s = np.bincount(win, weights=np.where(valid, busy_dt, 0.0))
+    sent = np.bincount(win, weights=np.where(valid, db, 0.0))
     out = []
     for w in np.unique(win):
-        m = (win == w) & valid
-        span = float(dt[m].sum())
+        span, busy_t, nb = float(spans[w]), float(busy_s[w]), float(sent[w])
         if span < 0.5 * th.window_s:
             continue
-        busy_t = float(busy_dt[m].sum())
-        nbytes = float(db[m].sum())
         out.append(
             {
                 "t": float(t[0] + w * th.window_s),
                 "span_s": span,
                 "busy_s": busy_t,
-                "bytes": nbytes,
-                "ratio": nbytes * 8 / busy_t / rate_bps if rate_bps > 0 and busy_t > 0 else float("nan"),
+                "bytes": nb,
+                "ratio": nb * 8 / busy_t / rate_bps if rate_bps > 0 and busy_t > 0 else float("nan"),
             }
         )
     return out
@@ -117,21 +114,21 @@ def _rate_floor(busy_s: float, th: Thresholds) -> float:
 
 
 def check_bottlenecks(
-    queues: Iterable[Row],
+    queues: Rows,
     ports: list[Mapping[str, Any]],
-    links: Iterable[Row] = (),
+    links: Rows = (),
     th: Thresholds = Thresholds(),
     window: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    qby = _by_port(queues, window)
-    lby = _by_port(links, window)
+    qby = _by_port(queues, window, ("backlog_pkts", "backlog_bytes", "tx_bytes"))
+    lby = _by_port(links, window, ("tx_bytes",))
     per: dict[str, dict[str, Any]] = {}
     skipped = []
     for p in ports:
         key = (str(p["node"]), str(p["dev"]))
         rows = qby.get(key)
         name = f"{key[0]}:{key[1]}"
-        if not rows:
+        if rows is None:
             continue
         tx = _tx_series(rows, lby.get(key))
         if tx is None:
@@ -170,25 +167,20 @@ def check_bottlenecks(
     return check("bottleneck_rate", not bad, per[worst]["ratio"], th.rate_min, reason, per)
 
 
-def check_cpu(
-    cpu: Iterable[Row], th: Thresholds = Thresholds(), window: tuple[float, float] | None = None
-) -> dict[str, Any]:
-    cores: dict[float, list[float]] = defaultdict(list)
-    alls: dict[float, float] = {}
-    for r in cpu:
-        t, busy = number(r.get("t")), number(r.get("busy"))
-        if t is None or busy is None or (window is not None and not window[0] <= t <= window[1]):
-            continue
-        if str(r.get("cpu")) == "all":
-            alls[t] = busy
-        else:
-            cores[t].append(busy)
-    samples = {t: min(v) for t, v in cores.items()} if cores else alls
-    if not samples:
+def check_cpu(cpu: Rows, th: Thresholds = Thresholds(), window: tuple[float, float] | None = None) -> dict[str, Any]:
+    df = _in_window(as_frame(cpu), "t", window)
+    busy = numbers(df, "busy")
+    df = df[busy.notna()].assign(busy=busy[busy.notna()])
+    is_all = df["cpu"].astype(str) == "all" if not df.empty else pd.Series(dtype=bool)
+    alls = df[is_all].groupby("t", sort=False)["busy"].last()  # one reading per time; a repeat overwrites
+    per_core = df[~is_all].groupby("t", sort=False)["busy"]
+    cores = per_core.size()
+    samples = per_core.min() if not cores.empty else alls
+    if samples.empty:
         return check("cpu_saturation", None, None, th.cpu_share_max, "cpu.csv has no samples in the run window")
-    share = sum(1 for v in samples.values() if v >= th.cpu_busy) / len(samples)
-    mean_all = float(np.mean(list(alls.values()))) if alls else float(np.mean(list(samples.values())))
-    ncores = max((len(v) for v in cores.values()), default=1)
+    share = float((samples >= th.cpu_busy).sum()) / len(samples)
+    mean_all = float(np.mean(alls.to_numpy())) if not alls.empty else float(np.mean(samples.to_numpy()))
+    ncores = int(cores.max()) if not cores.empty else 1
     ok = share <= th.cpu_share_max
     reason = (
         f"all {ncores} cores >= {th.cpu_busy:.0%} busy in {share:.0%} of {len(samples)} samples "
@@ -206,7 +198,7 @@ def check_cpu(
 
 def check_sampler(
     health: Mapping[str, Any] | None,
-    queues: Iterable[Row] = (),
+    queues: Rows = (),
     th: Thresholds = Thresholds(),
     window: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
@@ -230,14 +222,12 @@ def check_sampler(
             {"gap_max_s": gap, "gap_threshold_s": th.sampler_gap_max_s},
         )
     # Without the health file: rows are written on change or every keyframe, so only a gap can be judged.
-    by_node: dict[str, list[float]] = defaultdict(list)
-    for r in queues:
-        t = number(r.get("t"))
-        if t is not None and (window is None or window[0] <= t <= window[1]):
-            by_node[str(r.get("node"))].append(t)
-    if not by_node:
+    rows = _in_window(as_frame(queues), "t", window)
+    if rows.empty:
         return check("sampler", None, None, th.sampler_rate_min, "no sampler health and no queues.csv rows")
-    gap = max(float(np.max(np.diff(sorted(set(ts))))) if len(set(ts)) > 1 else 0.0 for ts in by_node.values())
+    times = rows[["t"]].assign(node=rows["node"].astype(str)).drop_duplicates().sort_values(["node", "t"])
+    gaps = times.groupby("node", sort=False)["t"].diff()
+    gap = float(gaps.max()) if gaps.notna().any() else 0.0
     limit = th.keyframe_s * 1.5
     ok = gap <= limit
     return check(
@@ -251,25 +241,30 @@ def check_sampler(
 
 
 def check_gso(
-    queues: Iterable[Row], ports: list[Mapping[str, Any]], packet_level: bool = True, share_max: float = 0.001
+    queues: Rows, ports: list[Mapping[str, Any]], packet_level: bool = True, share_max: float = 0.001
 ) -> dict[str, Any]:
     frames = {(str(p["node"]), str(p["dev"])): int(p.get("mtu") or 1500) + ETH_HEADER for p in ports}
     default = max(frames.values(), default=1500 + ETH_HEADER)
+    q = as_frame(queues)
+    pk, by = numbers(q, "backlog_pkts"), numbers(q, "backlog_bytes")
+    held = (pk > 0) & by.notna()
+    q, pk, by = q[held], pk[held], by[held]
+    nonempty = len(q)
+    keys = q["node"].astype(str) + ":" + q["dev"].astype(str) if nonempty else pd.Series(dtype=object)
+    frame_of = {f"{n}:{d}": f for (n, d), f in frames.items()}
+    frame = keys.map(frame_of).fillna(default) if nonempty else pd.Series(dtype=float)
+    avg = by / pk
+    worst = float(avg.max()) if nonempty else 0.0
+    big = by > (pk + 1) * frame + GSO_SLACK  # one packet of slack: qlen and backlog are read apart (READ_APART)
     seen: dict[str, dict[str, Any]] = {}
-    worst, nonempty = 0.0, 0
-    for r in queues:
-        pk, by = number(r.get("backlog_pkts")), number(r.get("backlog_bytes"))
-        if not pk or pk <= 0 or by is None:
-            continue
-        nonempty += 1
-        key = (str(r.get("node")), str(r.get("dev")))
-        frame = frames.get(key, default)
-        avg = by / pk
-        worst = max(worst, avg)
-        if by > (pk + 1) * frame + GSO_SLACK:  # one packet of slack: qlen and backlog are read apart (READ_APART)
-            d = seen.setdefault(f"{key[0]}:{key[1]}", {"samples": 0, "max_avg_bytes": 0.0, "frame": frame})
-            d["samples"] += 1
-            d["max_avg_bytes"] = round(max(d["max_avg_bytes"], avg), 1)
+    if big.any():
+        over = pd.DataFrame({"key": keys[big], "avg": avg[big], "frame": frame[big]})
+        for key, g in over.groupby("key", sort=False):
+            seen[str(key)] = {
+                "samples": len(g),
+                "max_avg_bytes": round(float(g["avg"].max()), 1),
+                "frame": int(g["frame"].iloc[0]),
+            }
     if nonempty == 0:
         return check("gso_superpackets", None, None, default, "no non-empty queue sample to judge")
     if not seen:
@@ -295,21 +290,21 @@ def check_gso(
 
 
 def evaluate(
-    queues: Iterable[Row],
-    links: Iterable[Row],
-    cpu: Iterable[Row],
+    queues: Rows,
+    links: Rows,
+    cpu: Rows,
     ports: list[Mapping[str, Any]],
     sampler_health: Mapping[str, Any] | None = None,
     th: Thresholds = Thresholds(),
     window: tuple[float, float] | None = None,
     packet_level: bool = True,
-    senders: Iterable[Row] | None = None,
-    flows: Iterable[Row] = (),
+    senders: Rows | None = None,
+    flows: Rows = (),
     senders_watched: bool = False,
 ) -> dict[str, Any]:
     """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span.
     ``senders`` (senders.csv) and ``flows``: the sender_backlog check, left out when ``senders`` is None."""
-    q, lk, c = list(queues), list(links), list(cpu)
+    q, lk, c = as_frame(queues), as_frame(links), as_frame(cpu)
     checks = [
         check_bottlenecks(q, ports, lk, th, window),
         check_cpu(c, th, window),

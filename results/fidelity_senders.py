@@ -16,36 +16,35 @@ says nothing of the sender's CPU.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any
 
-from results.checks import Row, Thresholds, check, number
+import numpy as np
+import pandas as pd
+
+from results.checks import Rows, Thresholds, as_frame, check
+from results.tables import numbers
 
 MIN_SAMPLES = 5  # a stream judged on fewer samples than this is too short to judge
 
 
-def _stream_spans(flows: Iterable[Row], edge: float) -> dict[tuple[str, int], tuple[float, float]]:
+def _stream_spans(flows: pd.DataFrame, edge: float) -> dict[tuple[str, int], tuple[float, float]]:
+    sport, t0, t1 = numbers(flows, "sport"), numbers(flows, "t_start"), numbers(flows, "t_end")
+    proto = flows["proto"].where(flows["proto"].notna(), "tcp").astype(str) if "proto" in flows else "tcp"
+    ok = (proto == "tcp") & sport.notna() & t0.notna() & t1.notna()
     spans: dict[tuple[str, int], tuple[float, float]] = {}
-    for f in flows:
-        sport, t0, t1 = number(f.get("sport")), number(f.get("t_start")), number(f.get("t_end"))
-        if str(f.get("proto") or "tcp") != "tcp" or sport is None or t0 is None or t1 is None:
-            continue
-        spans[(str(f.get("src")), int(sport))] = (t0 + edge, t1 - edge)
+    for src, p, a, b in zip(flows["src"][ok].astype(str), sport[ok], t0[ok], t1[ok]):
+        spans[(src, int(p))] = (float(a) + edge, float(b) - edge)
     return spans
 
 
-def _starved(r: Row) -> bool:
-    notsent, unacked, cwnd = number(r.get("notsent_bytes")), number(r.get("unacked")), number(r.get("cwnd"))
-    return notsent == 0 and unacked is not None and cwnd is not None and unacked < cwnd
-
-
-def _judge_stream(rows: list[Row]) -> dict[str, Any]:
-    starved = sum(1 for r in rows if _starved(r))
+def _judge_stream(rows: pd.DataFrame) -> dict[str, Any]:
+    notsent, unacked, cwnd = numbers(rows, "notsent_bytes"), numbers(rows, "unacked"), numbers(rows, "cwnd")
+    starved = int(((notsent == 0) & (unacked < cwnd)).sum())  # NaN compares False: an unknown is not starved
 
     def delta(col: str) -> float:
-        a, b = number(rows[0].get(col)), number(rows[-1].get(col))
-        return (b - a) if a is not None and b is not None else 0.0
+        v = numbers(rows, col)
+        a, b = v.iloc[0], v.iloc[-1]
+        return float(b - a) if not (pd.isna(a) or pd.isna(b)) else 0.0
 
     busy = delta("busy_us")
     held = delta("rwnd_limited_us") + delta("sndbuf_limited_us")
@@ -58,30 +57,33 @@ def _judge_stream(rows: list[Row]) -> dict[str, Any]:
     }
 
 
-def check_senders(
-    senders: Iterable[Row], flows: Iterable[Row], th: Thresholds = Thresholds(), watched: bool = False
-) -> dict[str, Any]:
+def _plain(v: Any) -> Any:
+    """A cell as the old row reader gave it: an integral float (a column with gaps) back to an int."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def check_senders(senders: Rows, flows: Rows, th: Thresholds = Thresholds(), watched: bool = False) -> dict[str, Any]:
     """``watched``: the run asked for senders.csv (it had backlogged iperf3 senders), so an empty table is an error
     of the harness, not a run without senders."""
     name, limit = "sender_backlog", th.sender_short_max
-    spans = _stream_spans(flows, th.sender_edge_s)
-    by: dict[tuple[str, int], list[Row]] = defaultdict(list)
-    n_rows = 0
-    for r in senders:
-        n_rows += 1
-        sport, t = number(r.get("sport")), number(r.get("t"))
-        key = (str(r.get("node")), int(sport or 0))
-        span = spans.get(key)
-        if span is not None and t is not None and span[0] <= t <= span[1]:
-            by[key].append(r)
-    if n_rows == 0:
+    fl = as_frame(flows)
+    spans = _stream_spans(fl, th.sender_edge_s) if not fl.empty else {}
+    sd = as_frame(senders)
+    if sd.empty:
         why = "senders.csv is empty: the sampler saw none of the watched sockets" if watched else "no backlogged sender"
         return check(name, False if watched and spans else None, None, limit, why)
+    t = numbers(sd, "t")
+    sd = sd.assign(_node=sd["node"].astype(str), _sport=numbers(sd, "sport").fillna(0).astype(int), _t=t)
+    lo = pd.Series([spans.get(k, (np.nan, np.nan))[0] for k in zip(sd["_node"], sd["_sport"])], index=sd.index)
+    hi = pd.Series([spans.get(k, (np.nan, np.nan))[1] for k in zip(sd["_node"], sd["_sport"])], index=sd.index)
+    inside = sd[(t >= lo) & (t <= hi)]
     per: dict[str, dict[str, Any]] = {}
-    for (node, sport), rows in sorted(by.items()):
+    for (node, sport), rows in inside.groupby(["_node", "_sport"], sort=True):
         if len(rows) >= MIN_SAMPLES:
-            rows.sort(key=lambda r: number(r.get("t")) or 0.0)
-            per[f"{node}:{sport}->{rows[0].get('dport')}"] = _judge_stream(rows)
+            rows = rows.sort_values("_t", kind="stable")
+            per[f"{node}:{sport}->{_plain(rows['dport'].iloc[0])}"] = _judge_stream(rows)
     if not per:
         return check(name, None, None, limit, f"no sender stream had {MIN_SAMPLES} samples inside its own span")
     worst = max(per, key=lambda k: per[k]["starved_share"])

@@ -13,79 +13,79 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from results import metrics_fabric
 from results.record import SUMMARY, Run, RunRecord, load_run, write_json_atomic
 from results.stats import jain_index, percentiles
 from results.summary import Summary
+from results.tables import numbers, reason, records
 
 SUMMARY_SCHEMA = "testbed-summary/1"
 
 
-def _span(rows: list[dict[str, Any]]) -> float | None:
-    starts = [r["t_start"] for r in rows if isinstance(r.get("t_start"), (int, float))]
-    ends = [r["t_end"] for r in rows if isinstance(r.get("t_end"), (int, float))]
-    if not starts or not ends or max(ends) <= min(starts):
+def _timed(df: pd.DataFrame, start: str = "t_start", end: str = "t_end") -> pd.Series:
+    """Rows whose start and end are both numbers."""
+    return numbers(df, start).notna() & numbers(df, end).notna()
+
+
+def _span(df: pd.DataFrame) -> float | None:
+    starts, ends = numbers(df, "t_start").dropna(), numbers(df, "t_end").dropna()
+    if starts.empty or ends.empty or ends.max() <= starts.min():
         return None
-    return float(max(ends) - min(starts))
+    return float(ends.max() - starts.min())
 
 
 def goodput(run: Run, s: Summary) -> None:
     flows = run.table("flows")
-    done = [r for r in flows if isinstance(r.get("bytes"), (int, float))]
-    if not done:
-        reason = flows.reason or "no flow has a byte count"
+    done = flows[numbers(flows, "bytes").notna()]
+    if done.empty:
+        why = reason(flows) or "no flow has a byte count"
         for m in ("goodput_bps", "goodput_per_job_bps", "jain_fairness"):
-            s.na(m, f"no flows: {reason}")
+            s.na(m, f"no flows: {why}")
         return
+    nbytes = numbers(done, "bytes")
     span = _span(done)
     if span is None:
         s.na("goodput_bps", "flows.csv has no usable t_start/t_end")
     else:
-        s.put("goodput_bps", sum(r["bytes"] for r in done) * 8 / span)
+        s.put("goodput_bps", float(nbytes.sum()) * 8 / span)
     per_job: dict[str, float] = {}
-    for job in sorted({str(r["job"]) for r in done}):
-        rows = [r for r in done if str(r["job"]) == job]
+    for job, rows in done.groupby(done["job"].astype(str), sort=True):
         js = _span(rows)
         if js:
-            per_job[job] = sum(r["bytes"] for r in rows) * 8 / js
+            per_job[str(job)] = float(numbers(rows, "bytes").sum()) * 8 / js
     if per_job:
         s.put("goodput_per_job_bps", per_job)
     else:
         s.na("goodput_per_job_bps", "no job has usable flow times")
-    rates = []
-    for r in done:
-        if isinstance(r.get("goodput_bps"), (int, float)):
-            rates.append(float(r["goodput_bps"]))
-        elif (
-            isinstance(r.get("t_end"), (int, float))
-            and isinstance(r.get("t_start"), (int, float))
-            and r["t_end"] > r["t_start"]
-        ):
-            rates.append(r["bytes"] * 8 / (r["t_end"] - r["t_start"]))
+    t0, t1 = numbers(done, "t_start"), numbers(done, "t_end")
+    own = numbers(done, "goodput_bps")
+    rates = own.where(own.notna(), (nbytes * 8 / (t1 - t0)).where(t1 > t0)).dropna()
     try:
         if len(rates) < 2:
             raise ValueError(f"needs at least 2 flows with a rate, has {len(rates)}")
-        s.put("jain_fairness", jain_index(rates))
+        s.put("jain_fairness", jain_index(rates.to_numpy()))
     except ValueError as exc:
         s.na("jain_fairness", str(exc))
     s.put("flows_n", len(done))
 
 
-def _collective_stats(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    t = np.array([r["t_end"] - r["t_start"] for r in rows], dtype=float)
+def _collective_stats(rows: pd.DataFrame) -> dict[str, float | None]:
+    t = (numbers(rows, "t_end") - numbers(rows, "t_start")).to_numpy()
     p50, p99 = percentiles(t, [50, 99])
-    size = np.array([r.get("size_bytes") or np.nan for r in rows], dtype=float)
-    algbw = size * 8 / t
-    factor = np.array([np.nan if r.get("busbw_factor") is None else r["busbw_factor"] for r in rows], dtype=float)
-    ideal = np.array([np.nan if r.get("ideal_s") is None else r["ideal_s"] for r in rows], dtype=float)
+    algbw = numbers(rows, "size_bytes").replace(0, np.nan).to_numpy() * 8 / t  # a size of 0 is unknown
+    factor = numbers(rows, "busbw_factor").to_numpy()
+    ideal = numbers(rows, "ideal_s").to_numpy()
     out: dict[str, float | None] = {"n": float(t.size), "p50_s": p50, "p99_s": p99, "max_s": float(t.max())}
-    out["algbw_bps"] = float(np.nanmedian(algbw)) if np.isfinite(algbw).any() else None
-    busbw = algbw * factor
-    out["busbw_bps"] = float(np.nanmedian(busbw)) if np.isfinite(busbw).any() else None
-    ratio = t / ideal
-    out["measured_over_ideal"] = float(np.nanmedian(ratio)) if np.isfinite(ratio).any() else None
+    out["algbw_bps"] = _median(algbw)
+    out["busbw_bps"] = _median(algbw * factor)
+    out["measured_over_ideal"] = _median(t / ideal)
     return out
+
+
+def _median(a: np.ndarray) -> float | None:
+    return float(np.nanmedian(a)) if np.isfinite(a).any() else None
 
 
 def collectives(run: Run, s: Summary) -> None:
@@ -99,17 +99,12 @@ def collectives(run: Run, s: Summary) -> None:
         "collective_per_job",
     )
     table = run.table("iterations")
-    rows = [
-        r
-        for r in table
-        if not r.get("warmup")
-        and isinstance(r.get("t_end"), (int, float))
-        and isinstance(r.get("t_start"), (int, float))
-    ]
-    if not rows:
-        reason = table.reason or "only warm-up iterations were recorded"
+    warm = numbers(table, "warmup").fillna(0) != 0
+    rows = table[~warm & _timed(table)]
+    if rows.empty:
+        why = reason(table) or "only warm-up iterations were recorded"
         for m in names:
-            s.na(m, f"no measured collective iterations: {reason}")
+            s.na(m, f"no measured collective iterations: {why}")
         return
     st = _collective_stats(rows)
     s.put("coll_iters_n", int(st["n"] or 0))
@@ -125,34 +120,31 @@ def collectives(run: Run, s: Summary) -> None:
             s.na(key, why)
         else:
             s.put(key, st[key])
-    by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        by_job[str(r["job"])].append(r)
-    s.put("collective_per_job", {job: _collective_stats(rs) for job, rs in sorted(by_job.items())})
+    by_job = rows.groupby(rows["job"].astype(str), sort=True)
+    s.put("collective_per_job", {str(job): _collective_stats(rs) for job, rs in by_job})
 
 
 def fct(run: Run, s: Summary) -> None:
     names = ("fct_p50_s", "fct_p99_s", "fct_p999_s", "fct_by_class")
     table = run.table("fct")
-    done = [r for r in table if isinstance(r.get("t_end"), (int, float)) and isinstance(r.get("t_start"), (int, float))]
-    if not done:
+    done = table[_timed(table)]
+    if done.empty:
         for m in names:
-            s.na(m, f"no completed flows: {table.reason or 'fct.csv has no finished flow'}")
+            s.na(m, f"no completed flows: {reason(table) or 'fct.csv has no finished flow'}")
         return
-    t = np.array([r["t_end"] - r["t_start"] for r in done], dtype=float)
-    p50, p99, p999 = percentiles(t, [50, 99, 99.9])
+    t = numbers(done, "t_end") - numbers(done, "t_start")
+    p50, p99, p999 = percentiles(t.to_numpy(), [50, 99, 99.9])
     s.put("fct_p50_s", p50)
     s.put("fct_p99_s", p99)
     s.put("fct_p999_s", p999)
     s.put("fct_n", len(done))
     s.put("fct_unfinished", len(table) - len(done))
-    classes: dict[str, list[float]] = defaultdict(list)
-    for r, d in zip(done, t, strict=True):
-        classes[str(r.get("size_class") or "all")].append(float(d))
+    size_class = done["size_class"] if "size_class" in done.columns else pd.Series(np.nan, index=done.index)
+    classes = size_class.where(size_class.notna() & (size_class.astype(str) != ""), "all").astype(str)
     by_class = {}
-    for cls, vals in sorted(classes.items()):
-        c50, c99, c999 = percentiles(vals, [50, 99, 99.9])
-        by_class[cls] = {"n": len(vals), "p50_s": c50, "p99_s": c99, "p999_s": c999}
+    for cls, vals in t.groupby(classes, sort=True):
+        c50, c99, c999 = percentiles(vals.to_numpy(), [50, 99, 99.9])
+        by_class[str(cls)] = {"n": len(vals), "p50_s": c50, "p99_s": c99, "p999_s": c999}
     s.put("fct_by_class", by_class)
 
 
@@ -160,26 +152,27 @@ def load_window(run: Run) -> tuple[float, float] | None:
     """[first start, last end] of the traffic (flows, iterations, fct, pipeline): the 'under load' window."""
     lo, hi = np.inf, -np.inf
     for name in ("flows", "iterations", "fct", "pipeline"):
-        for r in run.table(name):
-            a, b = r.get("t_start"), r.get("t_end")
-            if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-                lo, hi = min(lo, a), max(hi, b)
+        df = run.table(name)
+        both = df[_timed(df)]
+        if not both.empty:
+            lo, hi = min(lo, numbers(both, "t_start").min()), max(hi, numbers(both, "t_end").max())
     return (float(lo), float(hi)) if hi > lo else None
 
 
 def rtt(run: Run, s: Summary) -> None:
     table = run.table("rtt")
     window = load_window(run)
-    rows: list[dict[str, Any]] = list(table)
+    rows = table
     if window is not None:
-        rows = [r for r in table if isinstance(r.get("t_send"), (int, float)) and window[0] <= r["t_send"] <= window[1]]
-    vals = [float(r["rtt_s"]) for r in rows if isinstance(r.get("rtt_s"), (int, float))]
-    if not vals:
-        why = table.reason or ("no probe sample falls inside the traffic window" if window else "no probe answered")
+        sent = numbers(table, "t_send")
+        rows = table[(sent >= window[0]) & (sent <= window[1])]
+    vals = numbers(rows, "rtt_s").dropna()
+    if vals.empty:
+        why = reason(table) or ("no probe sample falls inside the traffic window" if window else "no probe answered")
         s.na("rtt_p50_s", f"no RTT samples under load: {why}")
         s.na("rtt_p99_s", f"no RTT samples under load: {why}")
         return
-    p50, p99 = percentiles(vals, [50, 99])
+    p50, p99 = percentiles(vals.to_numpy(), [50, 99])
     s.put("rtt_p50_s", p50)
     s.put("rtt_p99_s", p99)
     s.put("rtt_n", len(vals))
@@ -203,17 +196,21 @@ def traffic_matrix(run: Run, s: Summary) -> None:
     """Bytes src -> dst from flows.csv, plus steps.csv sends of jobs that wrote no flows (no double counting)."""
     by_ip = _host_names(run)
     matrix: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    flow_jobs = set()
-    for r in run.table("flows"):
-        if isinstance(r.get("bytes"), (int, float)):
-            flow_jobs.add(str(r["job"]))
-            src, dst = str(r["src"]), str(r["dst"])
-            matrix[by_ip.get(src, src)][by_ip.get(dst, dst)] += float(r["bytes"])
-    for r in run.table("steps"):
-        if str(r.get("job")) in flow_jobs or r.get("op") != "send" or not isinstance(r.get("bytes"), (int, float)):
-            continue
-        job = str(r["job"])
-        matrix[_rank_host(run, job, r.get("rank"))][_rank_host(run, job, r.get("peer"))] += float(r["bytes"])
+    flows = run.table("flows")
+    counted = flows[numbers(flows, "bytes").notna()]
+    flow_jobs = set(counted["job"].astype(str)) if not counted.empty else set()
+    for (src, dst), nbytes in numbers(counted, "bytes").groupby(
+        [counted["src"].astype(str), counted["dst"].astype(str)]
+    ):
+        matrix[by_ip.get(src, src)][by_ip.get(dst, dst)] += float(nbytes.sum())
+    steps = run.table("steps")
+    if not steps.empty:
+        sends = steps[
+            (steps["op"] == "send") & numbers(steps, "bytes").notna() & ~steps["job"].astype(str).isin(flow_jobs)
+        ]
+        for r in records(sends):  # ranks are numbers or host names, so row by row; only jobs without flows.csv
+            job = str(r["job"])
+            matrix[_rank_host(run, job, r.get("rank"))][_rank_host(run, job, r.get("peer"))] += float(r["bytes"])
     if not matrix:
         s.na("traffic_matrix", "neither flows.csv nor steps.csv recorded bytes between hosts")
     else:
@@ -266,12 +263,17 @@ def write_summary(run: Run) -> dict[str, Any]:
     return summary
 
 
-def finish_run(record: RunRecord, status: str = "complete", error: str | None = None) -> None:
+def finish_run(record: RunRecord, status: str = "complete", error: str | None = None, run: Run | None = None) -> None:
     """Finish the record, then write summary.json from its tables; a summary that fails is named in the manifest
-    (``summary_error``) and raised."""
+    (``summary_error``) and raised. ``run``: the record as already read (by the fidelity evaluation), so each table
+    is read once; its manifest is brought up to date first."""
     record.finish(status, error)
     try:
-        write_summary(load_run(record.path))
+        if run is None:
+            run = load_run(record.path)
+        else:
+            run.manifest = dict(record.manifest)
+        write_summary(run)
     except Exception as exc:
         record.set("summary_error", f"{type(exc).__name__}: {exc}")
         raise

@@ -1,4 +1,8 @@
-"""Fabric-side metrics of one run: queues, link utilization, ECMP balance, TCP counters (see results.metrics)."""
+"""Fabric-side metrics of one run: queues, link utilization, ECMP balance, TCP counters (see results.metrics).
+
+Counters are cumulative, so a port's figure over the run is its last reading less its first, over the port's rows
+in time order (``results.ports``).
+"""
 
 from __future__ import annotations
 
@@ -6,53 +10,50 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from results.ports import PortRows, first_last, split_ports
 from results.record import Run
 from results.summary import Summary
+from results.tables import numbers, reason
 
 UTIL_WINDOW_S = 0.1  # link utilization max is taken over windows of at least this length (1 ms samples are noisy)
 SPINE_LAYERS = ("spine", "core")
 
 
-def _series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Rows grouped by ``node:dev`` and sorted by time."""
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        if isinstance(r.get("t"), (int, float)):
-            out[f"{r['node']}:{r['dev']}"].append(r)
-    for rs in out.values():
-        rs.sort(key=lambda r: r["t"])
-    return dict(sorted(out.items()))
+COUNTERS_Q = ("drops", "marks", "overlimits", "tx_bytes")
 
 
-def _delta(rows: list[dict[str, Any]], col: str) -> float | None:
-    vals = [r[col] for r in rows if isinstance(r.get(col), (int, float))]
-    return float(vals[-1] - vals[0]) if vals else None
+def _named(df: pd.DataFrame, cols: tuple[str, ...]) -> dict[str, PortRows]:
+    """Each port's series (``results.ports``) under its ``node:dev`` name, in name order."""
+    return dict(sorted((f"{n}:{d}", rows) for (n, d), rows in split_ports(df, cols).items()))
+
+
+def _delta(v: np.ndarray) -> float | None:
+    ends = first_last(v)
+    return None if ends is None else ends[1] - ends[0]
 
 
 def queues(run: Run, s: Summary) -> None:
     names = ("drops_total", "overlimits_total", "queue_backlog_max_bytes", "queue_backlog_p99_bytes", "queues")
     table = run.table("queues")
-    series = _series(table)
+    series = _named(table, ("backlog_bytes", *COUNTERS_Q))
     marker = run.table("marks")
-    marker_marks = sum(float(r["marks"]) for r in marker if isinstance(r.get("marks"), (int, float)))
+    marker_marks = float(numbers(marker, "marks").sum()) if not marker.empty else 0.0
     if not series:
         for m in names:
-            s.na(m, f"no queue samples: {table.reason or 'queues.csv is empty'}")
-        if marker:
+            s.na(m, f"no queue samples: {reason(table) or 'queues.csv is empty'}")
+        if not marker.empty:
             s.put("marks_total", marker_marks)
         else:
-            s.na("marks_total", f"no queue samples and no marker counters ({marker.reason})")
+            s.na("marks_total", f"no queue samples and no marker counters ({reason(marker)})")
         return
     per: dict[str, dict[str, Any]] = {}
     for key, rs in series.items():
-        backlog = np.array([r["backlog_bytes"] for r in rs if isinstance(r.get("backlog_bytes"), (int, float))], float)
+        backlog = rs["backlog_bytes"][~np.isnan(rs["backlog_bytes"])]
         per[key] = {
-            "samples": len(rs),
-            "drops": _delta(rs, "drops"),
-            "marks": _delta(rs, "marks"),
-            "overlimits": _delta(rs, "overlimits"),
-            "tx_bytes": _delta(rs, "tx_bytes"),
+            "samples": len(rs["t"]),
+            **{c: _delta(rs[c]) for c in COUNTERS_Q},
             "backlog_max_bytes": float(backlog.max()) if backlog.size else None,
             "backlog_p99_bytes": float(np.percentile(backlog, 99)) if backlog.size else None,
         }
@@ -69,13 +70,13 @@ def queues(run: Run, s: Summary) -> None:
     else:
         s.na("queue_backlog_max_bytes", "queues.csv has no backlog_bytes values")
         s.na("queue_backlog_p99_bytes", "queues.csv has no backlog_bytes values")
-    t = [r["t"] for rs in series.values() for r in rs]
-    intervals = [np.diff([r["t"] for r in rs]) for rs in series.values() if len(rs) > 2]
+    intervals = [np.diff(rs["t"]) for rs in series.values() if len(rs["t"]) > 2]
     if intervals:
         d = np.concatenate(intervals)
+        lo = min(float(rs["t"][0]) for rs in series.values())
+        hi = max(float(rs["t"][-1]) for rs in series.values())
         s.put(
-            "queue_sampling",
-            {"rate_hz": float(1 / d.mean()), "jitter": float(d.std() / d.mean()), "span_s": float(max(t) - min(t))},
+            "queue_sampling", {"rate_hz": float(1 / d.mean()), "jitter": float(d.std() / d.mean()), "span_s": hi - lo}
         )
 
 
@@ -84,23 +85,30 @@ def _ports(run: Run) -> dict[str, dict[str, Any]]:
     return {f"{p['node']}:{p['dev']}": p for p in ports if "node" in p and "dev" in p}
 
 
-def _util_max(rs: list[dict[str, Any]], rate: float) -> float:
-    best, i0 = 0.0, 0
-    for i in range(1, len(rs)):
-        dt = rs[i]["t"] - rs[i0]["t"]
-        if dt >= UTIL_WINDOW_S or i == len(rs) - 1:
-            if dt > 0:
-                best = max(best, (rs[i]["tx_bytes"] - rs[i0]["tx_bytes"]) * 8 / dt / rate)
-            i0 = i
+def util_max(t: np.ndarray, tx: np.ndarray, rate: float) -> float:
+    """The highest rate / ``rate`` over consecutive windows of at least UTIL_WINDOW_S (the last one may be shorter),
+    each starting where the one before ended; a binary search finds each window's end."""
+    best, i0, n = 0.0, 0, len(t)
+    while i0 < n - 1:
+        i = max(int(np.searchsorted(t, t[i0] + UTIL_WINDOW_S, "left")), i0 + 1)
+        while i > i0 + 1 and t[i - 1] - t[i0] >= UTIL_WINDOW_S:  # the test is on the difference, as the sum rounds
+            i -= 1
+        while i < n and t[i] - t[i0] < UTIL_WINDOW_S:
+            i += 1
+        i = min(i, n - 1)
+        dt = t[i] - t[i0]
+        if dt > 0:
+            best = max(best, float((tx[i] - tx[i0]) * 8 / dt / rate))
+        i0 = i
     return best
 
 
 def links(run: Run, s: Summary) -> None:
     table = run.table("links")
     ports = _ports(run)
-    series = _series(table)
+    series = _named(table, ("tx_bytes",))
     if not series or not ports:
-        why = (table.reason or "links.csv is empty") if not series else "the manifest has no fabric.ports (rates)"
+        why = (reason(table) or "links.csv is empty") if not series else "the manifest has no fabric.ports (rates)"
         s.na("link_util_mean", why)
         s.na("link_util_max", why)
         s.na("links", why)
@@ -109,17 +117,18 @@ def links(run: Run, s: Summary) -> None:
     skipped = []
     for key, rs in series.items():
         rate = (ports.get(key) or {}).get("rate_bps")
-        rs = [r for r in rs if isinstance(r.get("tx_bytes"), (int, float))]
-        span = rs[-1]["t"] - rs[0]["t"] if len(rs) > 1 else 0
+        counted = ~np.isnan(rs["tx_bytes"])
+        t, tx = rs["t"][counted], rs["tx_bytes"][counted]
+        span = t[-1] - t[0] if len(t) > 1 else 0
         if not rate or span <= 0:
             skipped.append(key)
             continue
-        tx = rs[-1]["tx_bytes"] - rs[0]["tx_bytes"]
+        nbytes = float(tx[-1] - tx[0])
         per[key] = {
-            "tx_bytes": tx,
+            "tx_bytes": nbytes,
             "rate_bps": rate,
-            "util_mean": tx * 8 / span / rate,
-            "util_max": _util_max(rs, rate),
+            "util_mean": nbytes * 8 / span / rate,
+            "util_max": util_max(t, tx, rate),
             "layer": ports[key].get("layer"),
             "direction": ports[key].get("direction"),
         }
@@ -139,8 +148,8 @@ def links(run: Run, s: Summary) -> None:
 def _port_bytes(run: Run) -> tuple[dict[str, float], str]:
     """tx bytes per ``node:dev`` over the run: from links.csv, else from queues.csv."""
     for name in ("links", "queues"):
-        series = _series(run.table(name))
-        out = {k: d for k, rs in series.items() if (d := _delta(rs, "tx_bytes")) is not None}
+        series = _named(run.table(name), ("tx_bytes",))
+        out = {k: d for k, rs in series.items() if (d := _delta(rs["tx_bytes"])) is not None}
         if out:
             return out, name
     return {}, ""
@@ -200,9 +209,12 @@ COUNTERS = {
 def netstat(run: Run, s: Summary) -> None:
     table = run.table("netstat")
     vals: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for r in table:
-        if isinstance(r.get("value"), (int, float)):
-            vals[(str(r["host"]), str(r["counter"]))][str(r["phase"])] = float(r["value"])
+    counted = table.assign(value=numbers(table, "value"))
+    counted = counted[counted["value"].notna()]
+    for host, counter, phase, value in zip(
+        counted["host"].astype(str), counted["counter"].astype(str), counted["phase"].astype(str), counted["value"]
+    ):
+        vals[(host, counter)][phase] = float(value)
     deltas: dict[str, dict[str, float]] = defaultdict(dict)
     for (host, counter), ph in vals.items():
         if "start" in ph and "end" in ph:
@@ -213,7 +225,7 @@ def netstat(run: Run, s: Summary) -> None:
         have = [d[counter] for d in deltas.values() if counter in d]
         if have:
             s.put(metric, sum(have))
-        elif not table:
-            s.na(metric, f"no TCP counters: {table.reason}")
+        elif table.empty:
+            s.na(metric, f"no TCP counters: {reason(table)}")
         else:
             s.na(metric, f"netstat.csv has no start and end value of {counter}")

@@ -21,8 +21,10 @@ from matplotlib.figure import Figure
 
 from results.compare import Comparison, Row
 from results.metrics import load_window
+from results.record import Run
 from results.stats import ecdf
 from results.style import StyleRegistry
+from results.tables import numbers
 
 log = logging.getLogger(__name__)
 HOT_QUEUES = 3
@@ -39,40 +41,41 @@ class Plots:
     titles: dict[str, str] = field(default_factory=dict)
 
 
+def _durations(df: Any, keep: Any = None) -> np.ndarray:
+    """t_end - t_start of the rows whose both times are numbers (and ``keep``, a mask, when given)."""
+    d = numbers(df, "t_end") - numbers(df, "t_start")
+    if keep is not None:
+        d = d[keep]
+    return d.dropna().to_numpy()
+
+
+def _each_run(row: Row, pick: Callable[[Run], np.ndarray]) -> np.ndarray:
+    """``pick`` over each run of a row (the small per-flow tables it reads stay cached for the next figure)."""
+    parts = [pick(run) for run in row.runs]
+    return np.concatenate(parts) if parts else np.array([], dtype=float)
+
+
 def _iter_times(row: Row) -> np.ndarray:
-    vals = [
-        r["t_end"] - r["t_start"]
-        for run in row.runs
-        for r in run.table("iterations")
-        if not r.get("warmup")
-        and isinstance(r.get("t_end"), (int, float))
-        and isinstance(r.get("t_start"), (int, float))
-    ]
-    return np.array(vals, dtype=float)
+    def pick(run: Run) -> np.ndarray:
+        it = run.table("iterations")
+        return _durations(it, numbers(it, "warmup").fillna(0) == 0)
+
+    return _each_run(row, pick)
 
 
 def _fcts(row: Row) -> np.ndarray:
-    return np.array(
-        [
-            r["t_end"] - r["t_start"]
-            for run in row.runs
-            for r in run.table("fct")
-            if isinstance(r.get("t_end"), (int, float)) and isinstance(r.get("t_start"), (int, float))
-        ]
-    )
+    return _each_run(row, lambda run: _durations(run.table("fct")))
 
 
 def _rtts(row: Row) -> np.ndarray:
-    vals = []
-    for run in row.runs:
+    def pick(run: Run) -> np.ndarray:
         w = load_window(run)
-        for r in run.table("rtt"):
-            t = r.get("t_send")
-            if isinstance(r.get("rtt_s"), (int, float)) and (
-                w is None or (isinstance(t, (int, float)) and w[0] <= t <= w[1])
-            ):
-                vals.append(r["rtt_s"])
-    return np.array(vals, dtype=float)
+        tab = run.table("rtt")
+        t, v = numbers(tab, "t_send"), numbers(tab, "rtt_s")
+        inside = v.notna() if w is None else v.notna() & (t >= w[0]) & (t <= w[1])
+        return v[inside].to_numpy()
+
+    return _each_run(row, pick)
 
 
 def _cdf(
@@ -126,23 +129,18 @@ def queue_occupancy(cmp: Comparison, reg: StyleRegistry) -> Figure:
     if not top:
         raise NoData("no queue ever held a backlog (or queues.csv was not recorded)")
     fig, axes = plt.subplots(len(top), 1, figsize=(7, 2.4 * len(top) + 0.6), sharex=True, squeeze=False)
-    for ax, q in zip(axes[:, 0], top, strict=True):
-        node, dev = q.split(":", 1)
-        for row in cmp.rows:
-            rows = [
-                r
-                for r in row.runs[0].table("queues")
-                if r.get("node") == node and r.get("dev") == dev and isinstance(r.get("backlog_bytes"), (int, float))
-            ]
-            if not rows:
+    for row in cmp.rows:  # one run's queues.csv at a time
+        tab = row.runs[0].table("queues")
+        backlog = numbers(tab, "backlog_bytes")
+        for ax, q in zip(axes[:, 0], top, strict=True):
+            node, dev = q.split(":", 1)
+            here = (tab["node"] == node) & (tab["dev"] == dev) & backlog.notna() if len(tab) else None
+            if here is None or not here.any():
                 continue
-            t = np.array([r["t"] for r in rows], dtype=float)
-            ax.plot(
-                t - t.min(),
-                np.array([r["backlog_bytes"] for r in rows]) / 1e3,
-                linewidth=1,
-                **reg.style(row.label).line(),
-            )
+            t = numbers(tab, "t")[here].to_numpy()
+            ax.plot(t - t.min(), backlog[here].to_numpy() / 1e3, linewidth=1, **reg.style(row.label).line())
+        row.runs[0].forget("queues")
+    for ax, q in zip(axes[:, 0], top, strict=True):
         ax.set_ylabel("backlog (KB)")
         ax.set_title(f"{q} (max {hottest[q] / 1e3:.1f} KB)", fontsize=9)
         ax.grid(alpha=0.3)
@@ -287,6 +285,15 @@ FIGURES: dict[str, tuple[str, Callable[[Comparison, StyleRegistry], Figure]]] = 
 }
 
 
+def save(fig: Figure, paths: list[Path]) -> None:
+    """PNG (100 dpi) and SVG cropped to what is drawn: the crop is measured once and serves both files
+    (``bbox_inches="tight"`` measures it again for each file, with a whole extra drawing each time)."""
+    fig.canvas.draw()
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.1)  # 0.1 in: savefig's own tight padding
+    fig.savefig(paths[0], dpi=100, bbox_inches=bbox)
+    fig.savefig(paths[1], bbox_inches=bbox)
+
+
 def make_plots(cmp: Comparison, out_dir: Path, registry: StyleRegistry | None = None) -> Plots:
     out_dir.mkdir(parents=True, exist_ok=True)
     reg = registry or StyleRegistry(cmp.labels)
@@ -301,8 +308,7 @@ def make_plots(cmp: Comparison, out_dir: Path, registry: StyleRegistry | None = 
             continue
         paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg"]
         try:
-            fig.savefig(paths[0], dpi=100, bbox_inches="tight")
-            fig.savefig(paths[1], bbox_inches="tight")
+            save(fig, paths)
         finally:
             plt.close(fig)
         result.files[name] = paths

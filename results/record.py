@@ -20,9 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results.tables import Table, TableError, TableWriter, read_table
+import pandas as pd
+
+from results.tables import TableError, TableWriter, read_table, records
 from testbed.errors import TestbedError
-from testbed.spec.schemas import SCHEMAS
+from testbed.spec.schemas import SCHEMAS, TEXT
 
 SCHEMA = "testbed-run/1"
 MANIFEST = "manifest.json"
@@ -219,11 +221,12 @@ class RunRecord:
 
 @dataclass
 class Run:
-    """A run record read back from disk. Tables are read lazily and cached."""
+    """A run record read back from disk. Each table is read once, as a DataFrame, when first asked for, and kept
+    until ``forget``: the fidelity evaluation, the summary and the report share that one reading."""
 
     path: Path
     manifest: dict[str, Any]
-    _cache: dict[str, Table] = field(default_factory=dict, repr=False)
+    _cache: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -244,13 +247,25 @@ class Run:
         recorded = self.manifest.get("pid_start")
         return start is not None and (recorded is None or start == recorded)
 
-    def table(self, name: str) -> Table:
+    def table(self, name: str) -> pd.DataFrame:
+        """``<name>.csv`` as columns (``results.tables.read_table``); callers must not change it in place."""
         if name not in self._cache:
-            self._cache[name] = read_table(self.path / f"{name}.csv")
+            columns = SCHEMAS[name][0] if name in SCHEMAS else ()
+            self._cache[name] = read_table(self.path / f"{name}.csv", TEXT.get(name, ()), columns)
         return self._cache[name]
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """``<name>.csv`` as a list of row dicts (``results.tables.records``), for small tables read row by row."""
+        return records(self.table(name))
 
     def has(self, name: str) -> bool:
         return len(self.table(name)) > 0
+
+    def forget(self, *names: str) -> None:
+        """Drop these tables, or every table read so far (a report over many runs keeps one run's large tables,
+        queues.csv and links.csv, at a time)."""
+        for name in names or tuple(self._cache):
+            self._cache.pop(name, None)
 
     @property
     def summary(self) -> dict[str, Any] | None:

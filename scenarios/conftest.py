@@ -97,9 +97,16 @@ class Point:
         return dict(self.summary["collective_per_job"][name])
 
     def table(self, name: str) -> list[dict[str, Any]]:
+        """One table's rows as dicts (``results.record.Run.rows``); ``frame`` for a large one."""
         from results.record import load_run
 
-        return list(load_run(self.path).table(name))  # Table is a list of row dicts
+        return load_run(self.path).rows(name)
+
+    def frame(self, name: str) -> Any:
+        """One table as a pandas DataFrame (``results.record.Run.table``): queues.csv and links.csv are large."""
+        from results.record import load_run
+
+        return load_run(self.path).table(name)
 
     @property
     def scenario(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import yaml
 
 REVERSED = os.environ.get("TESTBED_REVERSED") == "1"
@@ -69,8 +70,12 @@ def tcp_flows(point: Any) -> int:
 
 
 def port_rows(rows: Any, port: str) -> list[dict[str, Any]]:
-    """The rows of one port (``node:dev``) of a queues/links table, in time order."""
+    """The rows of one port (``node:dev``) of a queues/links table (a DataFrame or row dicts), in time order."""
     node, dev = port.split(":", 1)
+    if isinstance(rows, pd.DataFrame):
+        from results.tables import records
+
+        rows = records(rows[(rows["node"] == node) & (rows["dev"] == dev)]) if len(rows) else []
     return sorted((r for r in rows if r.get("node") == node and r.get("dev") == dev), key=lambda r: r["t"])
 
 
@@ -136,7 +141,7 @@ def steady_window(path: Any, skip_s: float) -> tuple[float, float]:
     """From ``skip_s`` after the last flow started to the first flow's end (every flow running, slow start over)."""
     from results.record import load_run
 
-    flows = list(load_run(path).table("flows"))
+    flows = load_run(path).rows("flows")
     if not flows:
         raise ValueError(f"{path}: no flows recorded")
     t0 = max(float(f["t_start"]) for f in flows) + skip_s
@@ -167,7 +172,7 @@ def srtt_min_s(path: Any) -> float:
     flow never saw drain."""
     from results.record import load_run
 
-    rtts = [float(r["rtt_us"]) for r in load_run(path).table("flow_samples") if r.get("rtt_us")]
+    rtts = [float(r["rtt_us"]) for r in load_run(path).rows("flow_samples") if r.get("rtt_us")]
     if not rtts:
         raise ValueError(f"{path}: no RTT samples in flow_samples.csv")
     return min(rtts) / 1e6

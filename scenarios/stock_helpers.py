@@ -36,7 +36,7 @@ def require_stock_kernel(*needs: str) -> Capabilities:
 def steady_backlog(point: Any, queue: str = BOTTLENECK, skip: float = 0.2) -> np.ndarray:
     """Time-weighted backlog samples (bytes, one per ms) of ``queue`` over the traffic window, the first ``skip``
     share (slow start) left out. queues.csv holds a value until the next row (rows on change + keyframes)."""
-    rows = port_rows(point.table("queues"), queue)
+    rows = port_rows(point.frame("queues"), queue)
     t = np.array([r["t"] for r in rows], float)
     b = np.array([r["backlog_bytes"] or 0 for r in rows], float)
     lo, hi = point.manifest["traffic_window"]

@@ -22,7 +22,7 @@ from results import fidelity
 from results.cli import report_main
 from results.metrics import finish_run
 from results.progress import Progress
-from results.record import RunRecord
+from results.record import RunRecord, load_run
 from testbed.fabric.build import Fabric, check_spec
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
@@ -161,12 +161,11 @@ def run_point(
         with Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc) as fab:
             _run_on_fabric(record, scenario, fab, caps)
         window = record.manifest.get("traffic_window")
-        record.flush()  # the guardrails read flows.csv from disk
-        verdict = fidelity.evaluate_run(
-            record.path, window=tuple(window) if window else None, **fidelity.guest_thresholds()
-        )
+        record.flush()  # the guardrails read the tables from disk, once: the summary reads the same frames
+        run = load_run(record.path)
+        verdict = fidelity.evaluate_run(run, window=tuple(window) if window else None, **fidelity.guest_thresholds())
         record.set("fidelity", verdict)
-        finish_run(record)
+        finish_run(record, run=run)
         return RunResult(record.path, "complete", bool(verdict.get("faithful")))
     except KeyboardInterrupt:
         record.finish("failed", "interrupted (Ctrl-C)")

@@ -1,7 +1,8 @@
-"""The record's CSV tables (schema ``testbed-run/1``): each table's columns and description.
+"""The record's CSV tables: each table's columns and description, and which columns hold text.
 
 The samplers (``testbed.telemetry``), the generators (``traffic``) and the record (``results.tables``) all read
-their columns here; docs/record-format.md describes every column.
+their columns here; docs/record-format.md describes every column. ``TEXT`` names the columns read as text (names,
+addresses, kinds); every other column of a schema table is a number (booleans are 0/1).
 """
 
 from __future__ import annotations
@@ -95,4 +96,25 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "marks": (("node", "dev", "impl", "marks", "ect_seen"), "ECN marker counters at the end of the run"),
     "events": (("t", "kind", "detail"), "lifecycle events"),
+}
+
+# Columns read as text whatever they hold: "0" in cpu.csv's cpu column is a core's name, not the number 0. Any
+# other column is typed by what it holds (a rank may be a number or a host's name), as ``results.tables`` reads it.
+TEXT: dict[str, frozenset[str]] = {
+    "queues": frozenset({"node", "dev"}),
+    "links": frozenset({"node", "dev"}),
+    "cpu": frozenset({"cpu"}),
+    "senders": frozenset({"node"}),
+    "netstat": frozenset({"host", "phase", "counter"}),
+    "iterations": frozenset({"job", "kind", "algorithm"}),
+    "steps": frozenset({"job", "op"}),
+    "flows": frozenset({"job", "src", "dst", "proto", "path"}),
+    "flow_samples": frozenset({"job"}),
+    "fct": frozenset({"job", "src", "dst", "size_class"}),
+    "rtt": frozenset({"job", "src", "dst"}),
+    "pipeline": frozenset({"job", "phase", "op", "peer"}),
+    "worker_cpu": frozenset({"job", "host"}),
+    "trains": frozenset({"job"}),
+    "marks": frozenset({"node", "dev", "impl"}),
+    "events": frozenset({"kind", "detail"}),
 }

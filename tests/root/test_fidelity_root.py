@@ -23,6 +23,7 @@ def _run(rate_mbit: float, mtu: int, out):
     from results.tables import read_table
     from testbed.fabric.build import Fabric
     from testbed.spec.fabric import FabricSpec
+    from testbed.spec.schemas import TEXT
     from testbed.telemetry import PortRef, start_sampler
 
     spec = FabricSpec.from_dict(spec_dict(rate_mbit, mtu))
@@ -41,9 +42,7 @@ def _run(rate_mbit: float, mtu: int, out):
             )
         finally:
             health = handle.stop()
-    v = evaluate(
-        read_table(out / "queues.csv"), read_table(out / "links.csv"), read_table(out / "cpu.csv"), ports, health
-    )
+    v = evaluate(*(read_table(out / f"{name}.csv", TEXT[name]) for name in ("queues", "links", "cpu")), ports, health)
     return res, v
 
 

@@ -12,6 +12,7 @@ from results.compare import COLUMNS, compare, detect_variants, flatten, to_markd
 from results.metrics import summarize
 from results.record import find_runs
 from results.stats import t_quantile_975
+from results.tables import reason
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "runs"
 
@@ -88,7 +89,7 @@ def test_every_column_filled_or_reasoned(runs) -> None:  # type: ignore[no-untyp
 def test_incomplete_run_is_labelled(runs) -> None:  # type: ignore[no-untyped-def]
     killed = next(r for r in runs if "killed" in str(r.path))
     assert killed.manifest["status"] == "running" and killed.status == "incomplete"
-    assert "torn" in (killed.table("queues").reason or "")
+    assert "torn" in (reason(killed.table("queues")) or "")
     text = to_text(compare(runs), width=120)
     assert "incomplete" in text
 

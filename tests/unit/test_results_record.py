@@ -14,7 +14,7 @@ import pytest
 
 from results.metrics import finish_run
 from results.record import RecordError, RunRecord, find_runs, load_run, variant_slug
-from results.tables import TableError
+from results.tables import TableError, reason
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -50,10 +50,11 @@ def test_table_roundtrip_typed(tmp_path: Path) -> None:
     w.write({"job": "p", "src": "h1", "dst": "h2", "seq": 2, "t_send": 1.6, "rtt_s": None})
     rec.finish("complete")
     run = load_run(rec.path)
-    rows = run.table("rtt")
+    rows = run.rows("rtt")
     assert rows[0] == {"job": "p", "src": "h1", "dst": "h2", "seq": 1, "t_send": 1.5, "rtt_s": 0.000123}
     assert rows[1]["rtt_s"] is None
-    arr = rows.column("rtt_s")
+    assert all(type(v) is int for v in (rows[0]["seq"], rows[1]["seq"]))
+    arr = run.table("rtt")["rtt_s"].to_numpy()
     assert arr.dtype == float and arr[0] == 0.000123 and np.isnan(arr[1])
     assert run.status == "complete" and run.manifest["ended_at"]
     assert "rtt" in run.manifest["tables"]
@@ -68,13 +69,13 @@ def test_unknown_column_and_unknown_table_raise(tmp_path: Path) -> None:
     custom = rec.table("mystery", columns=["a", "b"], description="two numbers")
     custom.write({"a": 1, "b": 2})
     custom.close()
-    assert load_run(rec.path).table("mystery") == [{"a": 1, "b": 2}]
+    assert load_run(rec.path).rows("mystery") == [{"a": 1, "b": 2}]
 
 
 def test_missing_table_is_empty_with_reason(tmp_path: Path) -> None:
     run = load_run(RunRecord.create(tmp_path, "x", now=NOW).path)
     t = run.table("flows")
-    assert t == [] and "not recorded" in (t.reason or "")
+    assert t.empty and run.rows("flows") == [] and "not recorded" in (reason(t) or "")
 
 
 def test_torn_last_row_is_dropped_with_reason(tmp_path: Path) -> None:
@@ -84,7 +85,7 @@ def test_torn_last_row_is_dropped_with_reason(tmp_path: Path) -> None:
     with open(rec.path / "cpu.csv", "a") as fh:
         fh.write("2.0,all,0.")
     t = load_run(rec.path).table("cpu")
-    assert len(t) == 1 and "torn" in (t.reason or "")
+    assert len(t) == 1 and "torn" in (reason(t) or "")
 
 
 def test_flush_keeps_rows_when_the_writer_is_killed(tmp_path: Path) -> None:
