@@ -50,15 +50,6 @@ def as_frame(rows: Rows) -> pd.DataFrame:
     return pd.DataFrame.from_records(list(rows))
 
 
-def number(v: Any) -> float | None:
-    if v is None or v == "":
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
 def check(name: str, ok: bool | None, value: Any, threshold: Any, reason: str, details: Any = None) -> dict[str, Any]:
     out = {"name": name, "ok": ok, "value": value, "threshold": threshold, "reason": reason}
     if details is not None:

@@ -37,7 +37,7 @@ import pandas as pd
 
 from results.checks import Rows, Thresholds, as_frame, check, verdict
 from results.fidelity_senders import check_senders
-from results.ports import PortRows, split_ports
+from results.ports import PortRows, in_window, split_ports
 from results.record import load_run
 from results.tables import numbers
 from testbed.vm import guestfit
@@ -51,17 +51,6 @@ GSO_SLACK = 128
 # of a busy queue in the TCG guest, whose dumps are slow; 18028 B in "1" packet once natively). A super-packet
 # queue is one whose bytes exceed (packets + 1) frames; real GSO skbs (up to 64 KB) exceed that many times over.
 READ_APART = "backlog_bytes > (backlog_pkts + 1) x frame"
-
-
-def _in_window(df: pd.DataFrame, col: str, window: tuple[float, float] | None) -> pd.DataFrame:
-    """Rows whose ``col`` is a number inside ``window`` (any number when there is none), ``col`` made float."""
-    t = numbers(df, col)
-    keep = t.notna() if window is None else (t >= window[0]) & (t <= window[1])
-    return df[keep].assign(**{col: t[keep]})
-
-
-def _by_port(rows: Rows, window: tuple[float, float] | None, cols: tuple[str, ...]) -> dict[tuple[str, str], PortRows]:
-    return split_ports(as_frame(rows), cols, window)
 
 
 def _tx_series(q: PortRows, lk: PortRows | None) -> np.ndarray | None:
@@ -120,8 +109,8 @@ def check_bottlenecks(
     th: Thresholds = Thresholds(),
     window: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    qby = _by_port(queues, window, ("backlog_pkts", "backlog_bytes", "tx_bytes"))
-    lby = _by_port(links, window, ("tx_bytes",))
+    qby = split_ports(as_frame(queues), ("backlog_pkts", "backlog_bytes", "tx_bytes"), window)
+    lby = split_ports(as_frame(links), ("tx_bytes",), window)
     per: dict[str, dict[str, Any]] = {}
     skipped = []
     for p in ports:
@@ -168,7 +157,7 @@ def check_bottlenecks(
 
 
 def check_cpu(cpu: Rows, th: Thresholds = Thresholds(), window: tuple[float, float] | None = None) -> dict[str, Any]:
-    df = _in_window(as_frame(cpu), "t", window)
+    df = in_window(as_frame(cpu), "t", window)
     busy = numbers(df, "busy")
     df = df[busy.notna()].assign(busy=busy[busy.notna()])
     is_all = df["cpu"].astype(str) == "all" if not df.empty else pd.Series(dtype=bool)
@@ -222,7 +211,7 @@ def check_sampler(
             {"gap_max_s": gap, "gap_threshold_s": th.sampler_gap_max_s},
         )
     # Without the health file: rows are written on change or every keyframe, so only a gap can be judged.
-    rows = _in_window(as_frame(queues), "t", window)
+    rows = in_window(as_frame(queues), "t", window)
     if rows.empty:
         return check("sampler", None, None, th.sampler_rate_min, "no sampler health and no queues.csv rows")
     times = rows[["t"]].assign(node=rows["node"].astype(str)).drop_duplicates().sort_values(["node", "t"])

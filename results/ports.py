@@ -14,20 +14,25 @@ from results.tables import numbers
 PortRows = dict[str, np.ndarray]  # one port's rows in time order: column -> float array (NaN where empty)
 
 
+def in_window(df: pd.DataFrame, col: str, window: tuple[float, float] | None) -> pd.DataFrame:
+    """Rows whose ``col`` is a number inside ``window`` (any number when there is none), ``col`` made float."""
+    t = numbers(df, col)
+    keep = t.notna() if window is None else (t >= window[0]) & (t <= window[1])
+    return df[keep].assign(**{col: t[keep]})
+
+
 def split_ports(
     df: pd.DataFrame, cols: tuple[str, ...], window: tuple[float, float] | None = None
 ) -> dict[tuple[str, str], PortRows]:
     """``(node, dev)`` -> that port's rows with a time (inside ``window`` when given), sorted by time (stable), as
     arrays of ``t`` and ``cols``; ports in the order they first appear."""
-    t_all = numbers(df, "t")
-    keep = t_all.notna() if window is None else (t_all >= window[0]) & (t_all <= window[1])
-    if not keep.any():
+    df = in_window(df, "t", window)
+    if df.empty:
         return {}
-    df = df[keep]
     node_codes, nodes = pd.factorize(df["node"].astype(str))
     dev_codes, devs = pd.factorize(df["dev"].astype(str))
     codes, pairs = pd.factorize(node_codes.astype(np.int64) * len(devs) + dev_codes)  # first-seen order
-    t = t_all[keep].to_numpy(float)
+    t = df["t"].to_numpy(float)
     order = np.lexsort((t, codes))  # by port, then time; ties keep the table's order
     arrays = {"t": t[order], **{c: numbers(df, c).to_numpy()[order] for c in cols}}
     cuts = np.flatnonzero(np.diff(codes[order])) + 1
