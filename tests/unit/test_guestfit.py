@@ -7,7 +7,7 @@ import pytest
 from results.fidelity import guest_thresholds as thresholds
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.scenario import TelemetrySpec
-from testbed.vm.guestfit import TCG_QUEUE_HZ, GuestFitError, check_fabric, fit_telemetry, under_tcg
+from testbed.vm.guestfit import TCG_LINK_HZ, TCG_QUEUE_HZ, GuestFitError, check_fabric, fit_telemetry, under_tcg
 
 TCG = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "tcg"}
 KVM = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "kvm"}
@@ -39,9 +39,9 @@ def test_fast_links_refused_under_tcg_with_the_limit_and_the_fix() -> None:
 
 def test_sampler_rates_capped_under_tcg_and_noted() -> None:
     tele, notes = fit_telemetry(TelemetrySpec(queue_hz=1000.0, link_hz=100.0), TCG)
-    assert tele.queue_hz == TCG_QUEUE_HZ and tele.link_hz == 50.0 and tele.cpu_hz == 10.0
+    assert tele.queue_hz == TCG_QUEUE_HZ == 25.0 and tele.link_hz == TCG_LINK_HZ == 25.0 and tele.cpu_hz == 10.0
     assert notes is not None and notes["queue_hz"] == {"asked": 1000.0, "used": TCG_QUEUE_HZ} and "TCG" in notes["why"]
-    low = TelemetrySpec(queue_hz=50.0, link_hz=20.0)
+    low = TelemetrySpec(queue_hz=25.0, link_hz=20.0)
     assert fit_telemetry(low, TCG) == (low, None)
     native = TelemetrySpec()
     assert fit_telemetry(native, {}) == (native, None) and fit_telemetry(native, KVM) == (native, None)
