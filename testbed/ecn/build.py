@@ -17,7 +17,7 @@ from testbed.ecn.errors import EcnError
 SRC_DIR = Path(__file__).resolve().parent / "bpf"
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "build" / "bpf"
-SOURCES = ("marker.bpf.c", "dctcp.bpf.c")
+SOURCES = ("marker.bpf.c", "dctcp.bpf.c", "qtelem.bpf.c")
 DCTCP_NAME_PLACEHOLDER = b"dctcp_XXXXXXXXX"
 BTF = Path("/sys/kernel/btf/vmlinux")
 

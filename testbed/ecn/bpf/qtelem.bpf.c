@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Queue telemetry where the packets are: qdisc enqueue/dequeue tracepoints (tp_btf), per port and time slot.
+ *
+ * Only the run's ports count: `ports` maps (netns inode, ifindex) to a port id that userspace fills. Both
+ * tracepoints fire for the device's root qdisc (HTB here), under its lock, so one port's state is never
+ * written by two CPUs at once. An event in a new slot closes the open one: it is copied into the port's ring
+ * (an mmapable array that userspace reads in bulk) and its head advances. An idle port costs nothing.
+ *
+ * Per slot: root backlog max/min after each event, bytes and packets enqueued and dequeued, drops (the root's
+ * qstats.drops delta: a drop fires no enqueue event, the next event sees it), CE marks set at this port (CE at
+ * enqueue that was not CE before this node marked, see ecn_before), and a log2 histogram of sojourn times (enqueue to dequeue, per packet). Per port, for the direct fidelity check: the gap between consecutive dequeues while the
+ * queue stayed busy, minus the ideal transmission time of the packet that left first (len x 8 / rate).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_endian.h>
+
+#define MAX_PORTS 256
+#define SOJ_BUCKETS 16 /* bucket b: sojourn < 2^b us (b = 0: < 1 us); the last one is open */
+#define GAP_BUCKETS 32 /* 16 negative (early) then 16 positive (late) log2-us buckets */
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define ECN_CE 3
+#define BULK_MAX 8
+
+struct port_key {
+	__u32 netns;
+	__u32 ifindex;
+};
+
+struct port_cfg {
+	__u32 id;
+	__u32 pad;
+	__u64 rate_bps;
+};
+
+struct slot {
+	__u64 slot;   /* time slot number: ktime ns / slot_ns */
+	__u32 port;
+	__u32 events;
+	__u32 backlog_max;
+	__u32 backlog_min;
+	__u32 qlen_max;
+	__u32 drops;
+	__u64 enq_bytes;
+	__u64 deq_bytes;
+	__u32 enq_pkts;
+	__u32 deq_pkts;
+	__u32 marks;
+	__u32 soj_n;
+	__u32 soj[SOJ_BUCKETS];
+};
+
+struct port_state {
+	struct slot cur;      /* the open slot */
+	__u64 head;           /* slots closed into the ring so far */
+	__u64 drops_seen;     /* root qstats.drops at the last event */
+	__u64 last_deq_ns;
+	__u64 last_deq_len;
+	__u32 last_backlog;   /* root backlog after the last dequeue */
+	__u32 started;
+	__u64 gap[GAP_BUCKETS];
+	__u64 gap_n;
+	__u64 gap_sum_abs_ns;
+	__u64 soj_total[SOJ_BUCKETS];
+	__u64 soj_max_ns;
+	__u64 enq_seen;
+	__u64 deq_seen;
+	__u64 marks_seen;
+};
+
+struct qt_cfg {
+	__u64 slot_ns;
+	__u32 ring_slots; /* per port, a power of two */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qt_cfg);
+} cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, struct port_key);
+	__type(value, struct port_cfg);
+} ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct port_state);
+} state SEC(".maps");
+
+/* max_entries is set by the loader: ports x ring_slots */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct slot);
+} ring SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} enq_ts SEC(".maps");
+
+struct pre {
+	__u64 skb;
+	__u32 ecn;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2); /* 0: on arrival, 1: at net_dev_queue */
+	__type(key, __u32);
+	__type(value, struct pre);
+} pre_ecn SEC(".maps");
+
+static __always_inline int ecn_of(struct sk_buff *skb)
+{
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 nh = BPF_CORE_READ(skb, network_header);
+	__u8 b[2] = {};
+
+	if (proto == ETH_P_IP) {
+		if (bpf_probe_read_kernel(b, 2, head + nh))
+			return -1;
+		return b[1] & 3;
+	}
+	if (proto == ETH_P_IPV6) {
+		if (bpf_probe_read_kernel(b, 2, head + nh))
+			return -1;
+		return (b[1] >> 4) & 3;
+	}
+	return -1;
+}
+
+/* Packets as tc counts them: a GSO skb (GRO on a veth receive makes them) is gso_segs packets */
+static __always_inline __u32 segs_of(struct sk_buff *skb)
+{
+	struct skb_shared_info *si = (void *)(BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, end));
+	__u16 segs = 0;
+
+	if (bpf_probe_read_kernel(&segs, sizeof(segs), &si->gso_segs))
+		return 1;
+	return segs ? segs : 1;
+}
+
+static __always_inline struct port_cfg *port_of(struct Qdisc *q)
+{
+	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
+	struct port_key key = {};
+
+	if (!dev)
+		return 0;
+	key.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
+	key.ifindex = BPF_CORE_READ(dev, ifindex);
+	return bpf_map_lookup_elem(&ports, &key);
+}
+
+static __always_inline __u32 log2_bucket(__u64 v, __u32 n)
+{
+	__u32 b = 0;
+
+	for (int i = 0; i < 31; i++) {
+		if (v < (1ULL << i))
+			break;
+		b = i + 1;
+	}
+	return b < n ? b : n - 1;
+}
+
+/* The open slot for `now`: close the previous one into the ring when `now` is in a later slot. */
+static __always_inline struct port_state *slot_for(__u32 id, __u64 now, __u32 backlog)
+{
+	struct port_state *st = bpf_map_lookup_elem(&state, &id);
+	__u32 zero = 0;
+	struct qt_cfg *c = bpf_map_lookup_elem(&cfg, &zero);
+	__u32 ring_slots;
+	__u64 s;
+
+	if (!st || !c || !c->slot_ns || !c->ring_slots)
+		return 0;
+	ring_slots = c->ring_slots;
+	s = now / c->slot_ns;
+	if (st->started && st->cur.slot != s) {
+		__u32 idx = id * ring_slots + (__u32)(st->head & (ring_slots - 1));
+		struct slot *dst = bpf_map_lookup_elem(&ring, &idx);
+
+		if (dst)
+			__builtin_memcpy(dst, &st->cur, sizeof(*dst));
+		__sync_fetch_and_add(&st->head, 1); /* after the copy: the reader trusts slots below head */
+		st->started = 0;
+	}
+	if (!st->started) {
+		__builtin_memset(&st->cur, 0, sizeof(st->cur));
+		st->cur.slot = s;
+		st->cur.port = id;
+		st->cur.backlog_min = backlog;
+		st->started = 1;
+	}
+	return st;
+}
+
+static __always_inline void account(struct port_state *st, struct Qdisc *q, __u32 backlog)
+{
+	__u64 drops = BPF_CORE_READ(q, qstats.drops);
+	__u32 qlen = BPF_CORE_READ(q, q.qlen);
+
+	st->cur.events++;
+	if (backlog > st->cur.backlog_max)
+		st->cur.backlog_max = backlog;
+	if (backlog < st->cur.backlog_min)
+		st->cur.backlog_min = backlog;
+	if (qlen > st->cur.qlen_max)
+		st->cur.qlen_max = qlen;
+	if (st->enq_seen + st->deq_seen && drops > st->drops_seen)
+		st->cur.drops += drops - st->drops_seen; /* the first event sets the baseline */
+	st->drops_seen = drops;
+}
+
+/* The ECN field before this node marks: on arrival (forwarded packets: before the egress clsact hook, where the
+ * eBPF marker marks, and the qdisc, where RED does), else at net_dev_queue (a host's own packets: after clsact,
+ * so only RED's marks count there). Per CPU: receive, forwarding and enqueue run in one softirq on one CPU.
+ * This kernel has no kprobe PMU or tracefs and refuses fentry on __dev_queue_xmit (EPERM): tracepoints only. */
+static __always_inline void stash(__u32 which, struct sk_buff *skb)
+{
+	struct pre *p = bpf_map_lookup_elem(&pre_ecn, &which);
+
+	if (p) {
+		p->skb = (__u64)skb;
+		p->ecn = ecn_of(skb);
+	}
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(qt_receive, struct sk_buff *skb)
+{
+	stash(0, skb);
+	return 0;
+}
+
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(qt_dev_queue, struct sk_buff *skb)
+{
+	stash(1, skb);
+	return 0;
+}
+
+static __always_inline int ecn_before(struct sk_buff *skb)
+{
+	__u32 rx = 0, tx = 1;
+	struct pre *p = bpf_map_lookup_elem(&pre_ecn, &rx);
+
+	if (p && p->skb == (__u64)skb)
+		return p->ecn;
+	p = bpf_map_lookup_elem(&pre_ecn, &tx);
+	if (p && p->skb == (__u64)skb)
+		return p->ecn;
+	return -1;
+}
+
+/* One event at a port of the run: the port's state with its open slot for now, accounted; 0 for other ports */
+static __always_inline struct port_state *event(struct Qdisc *q, struct port_cfg **cfg, __u64 *now, __u32 *backlog)
+{
+	struct port_state *st;
+
+	*cfg = port_of(q);
+	if (!*cfg)
+		return 0;
+	*now = bpf_ktime_get_ns();
+	*backlog = BPF_CORE_READ(q, qstats.backlog);
+	st = slot_for((*cfg)->id, *now, *backlog);
+	if (st)
+		account(st, q, *backlog);
+	return st;
+}
+
+SEC("tp_btf/qdisc_enqueue")
+int BPF_PROG(qt_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct sk_buff *skb)
+{
+	struct port_cfg *cfg;
+	__u64 now, len;
+	__u32 backlog, segs;
+	struct port_state *st = event(q, &cfg, &now, &backlog);
+	int ecn, before;
+
+	if (!st)
+		return 0;
+	len = BPF_CORE_READ(skb, len);
+	segs = segs_of(skb);
+	st->cur.enq_pkts += segs;
+	st->cur.enq_bytes += len;
+	st->enq_seen += segs;
+	ecn = ecn_of(skb);
+	before = ecn_before(skb);
+	if (ecn == ECN_CE && before >= 0 && before != ECN_CE) {
+		st->cur.marks++;
+		st->marks_seen++;
+	}
+	bpf_map_update_elem(&enq_ts, &skb, &now, BPF_ANY);
+	return 0;
+}
+
+static __always_inline void dequeued(struct port_state *st, struct sk_buff *skb, __u64 now)
+{
+	__u64 key = (__u64)skb, *t0, soj;
+	__u32 b, segs = segs_of(skb);
+
+	st->cur.deq_pkts += segs;
+	st->cur.deq_bytes += BPF_CORE_READ(skb, len);
+	st->deq_seen += segs;
+	t0 = bpf_map_lookup_elem(&enq_ts, &key);
+	if (!t0)
+		return;
+	soj = now > *t0 ? now - *t0 : 0;
+	bpf_map_delete_elem(&enq_ts, &key);
+	b = log2_bucket(soj / 1000, SOJ_BUCKETS);
+	if (b < SOJ_BUCKETS) {
+		st->cur.soj[b]++;
+		st->soj_total[b]++;
+	}
+	st->cur.soj_n++;
+	if (soj > st->soj_max_ns)
+		st->soj_max_ns = soj;
+}
+
+SEC("tp_btf/qdisc_dequeue")
+int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int packets, struct sk_buff *skb)
+{
+	struct port_cfg *cfg;
+	struct port_state *st;
+	struct sk_buff *s = skb;
+	__u64 now, first_len;
+	__u32 backlog;
+
+	if (!skb)
+		return 0;
+	st = event(q, &cfg, &now, &backlog);
+	if (!st)
+		return 0;
+	first_len = BPF_CORE_READ(skb, len);
+	/* the gap check: only between two dequeues with data left in between (the port stayed busy) */
+	if (st->last_deq_ns && st->last_backlog > 0 && cfg->rate_bps) {
+		__u64 gap = now - st->last_deq_ns;
+		__u64 ideal = st->last_deq_len * 8ULL * 1000000000ULL / cfg->rate_bps;
+		__u64 dev = gap > ideal ? gap - ideal : ideal - gap;
+		__u32 b = log2_bucket(dev / 1000, GAP_BUCKETS / 2);
+		__u32 i = gap > ideal ? GAP_BUCKETS / 2 + b : b;
+
+		if (i < GAP_BUCKETS)
+			st->gap[i]++;
+		st->gap_n++;
+		st->gap_sum_abs_ns += dev;
+	}
+	for (int i = 0; i < BULK_MAX && i < packets && s; i++) {
+		dequeued(st, s, now);
+		if (i > 0)
+			first_len += BPF_CORE_READ(s, len);
+		s = BPF_CORE_READ(s, next);
+	}
+	st->last_deq_ns = now;
+	st->last_deq_len = first_len;
+	st->last_backlog = backlog;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

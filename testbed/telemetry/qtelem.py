@@ -1,0 +1,279 @@
+"""Queue telemetry in the kernel: load ``qtelem.bpf.o`` (testbed/ecn/bpf/qtelem.bpf.c), attach it, read its slots.
+
+The program counts at the qdisc enqueue/dequeue tracepoints, per port and per time slot (100 us by default), and
+closes each slot into the port's ring when that port's next event comes: an idle port costs nothing. The rings
+and the per-port state are mmapable arrays, so a drain is one numpy copy per port, not a syscall per slot.
+
+Loading and attaching go through libbpf (``libbpf.so.1``, from libbpf-dev's libbpf1) over ctypes: no Python
+binding of libbpf is packaged for Debian 12. The links live as long as this object's file descriptors: nothing is
+pinned, so a crashed reader detaches its programs as its process exits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.errors import TestbedError
+from testbed.telemetry.netns import run_in_netns
+
+OBJECT = Path(__file__).resolve().parents[2] / "build" / "bpf" / "qtelem.bpf.o"
+PROGRAMS = ("qt_receive", "qt_dev_queue", "qt_enqueue", "qt_dequeue")
+MAX_PORTS = 256  # the program's `ports` and `state` maps
+SOJ_BUCKETS = 16  # bucket b: sojourn < 2^b us (b = 0: under 1 us); the last is open
+GAP_BUCKETS = 32  # 16 early then 16 late, log2 us of |gap - ideal|
+MIN_SLOT_NS = 10_000
+RING_MEMORY_CAP = 64 << 20  # bytes of ring over all ports
+RING_MARGIN = 64  # slots below the head that the reader never trusts (the writer may be filling one)
+
+SLOT_DTYPE = np.dtype(
+    [
+        ("slot", "<u8"),
+        ("port", "<u4"),
+        ("events", "<u4"),
+        ("backlog_max", "<u4"),
+        ("backlog_min", "<u4"),
+        ("qlen_max", "<u4"),
+        ("drops", "<u4"),
+        ("enq_bytes", "<u8"),
+        ("deq_bytes", "<u8"),
+        ("enq_pkts", "<u4"),
+        ("deq_pkts", "<u4"),
+        ("marks", "<u4"),
+        ("soj_n", "<u4"),
+        ("soj", "<u4", (SOJ_BUCKETS,)),
+    ]
+)
+STATE_DTYPE = np.dtype(
+    [
+        ("cur", SLOT_DTYPE),
+        ("head", "<u8"),
+        ("drops_seen", "<u8"),
+        ("last_deq_ns", "<u8"),
+        ("last_deq_len", "<u8"),
+        ("last_backlog", "<u4"),
+        ("started", "<u4"),
+        ("gap", "<u8", (GAP_BUCKETS,)),
+        ("gap_n", "<u8"),
+        ("gap_sum_abs_ns", "<u8"),
+        ("soj_total", "<u8", (SOJ_BUCKETS,)),
+        ("soj_max_ns", "<u8"),
+        ("enq_seen", "<u8"),
+        ("deq_seen", "<u8"),
+        ("marks_seen", "<u8"),
+    ]
+)
+assert SLOT_DTYPE.itemsize == 128 and STATE_DTYPE.itemsize == 600  # qtelem.bpf.c's struct slot / port_state
+
+
+class QtelemError(TestbedError, RuntimeError):
+    """The kernel telemetry cannot run here (no object, no BTF tracepoints, a refused load) or was misconfigured."""
+
+
+@dataclass(frozen=True)
+class QtPort:
+    """One egress port to count: its namespace, device, shaped rate, and the node name the record uses."""
+
+    netns: str
+    dev: str
+    rate_bps: float
+    node: str
+
+
+def ring_slots_for(slot_ns: int, drain_s: float) -> int:
+    """Slots per port ring: two drains' worth of a port busy in every slot, as a power of two (at least 1024)."""
+    need = max(1024, int(2 * drain_s * 1e9 / slot_ns))
+    return 1 << (need - 1).bit_length()
+
+
+def check_config(slot_ns: int, drain_s: float, ports: int) -> int:
+    """The ring length for this slot, or QtelemError saying why the setting is refused (before anything is built)."""
+    if slot_ns < MIN_SLOT_NS:
+        raise QtelemError(f"telemetry slot {slot_ns / 1e3:g} us is under the {MIN_SLOT_NS / 1e3:g} us minimum")
+    if not 0 < ports <= MAX_PORTS:
+        raise QtelemError(f"{ports} ports: the kernel telemetry counts 1-{MAX_PORTS}")
+    n = ring_slots_for(slot_ns, drain_s)
+    need = n * ports * SLOT_DTYPE.itemsize
+    if need > RING_MEMORY_CAP:
+        raise QtelemError(
+            f"telemetry slot {slot_ns / 1e3:g} us with {ports} ports needs {need >> 20} MiB of rings "
+            f"({n} slots per port for {drain_s:g} s drains), over the {RING_MEMORY_CAP >> 20} MiB cap: "
+            "use a longer slot"
+        )
+    return n
+
+
+def _libbpf() -> ctypes.CDLL:
+    try:
+        lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+    except OSError as exc:
+        raise QtelemError(f"libbpf.so.1 not found ({exc}): apt-get install libbpf1") from None
+    vp, cp, i = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+    for name, res, args in (
+        ("bpf_object__open_file", vp, [cp, vp]),
+        ("bpf_object__load", i, [vp]),
+        ("bpf_object__close", None, [vp]),
+        ("bpf_object__find_map_by_name", vp, [vp, cp]),
+        ("bpf_object__find_program_by_name", vp, [vp, cp]),
+        ("bpf_map__set_max_entries", i, [vp, ctypes.c_uint32]),
+        ("bpf_map__fd", i, [vp]),
+        ("bpf_program__attach", vp, [vp]),
+        ("bpf_link__destroy", i, [vp]),
+        ("libbpf_get_error", ctypes.c_long, [vp]),
+        ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
+        ("libbpf_set_print", vp, [vp]),
+    ):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    lib.libbpf_set_print(None)  # its warnings go nowhere; failures come back as errno
+    return lib
+
+
+def _port_key(port: QtPort) -> tuple[int, int]:
+    """(network namespace inode, ifindex) of the port's device: how the program tells the run's ports apart."""
+    ino = os.stat(f"/run/netns/{port.netns}").st_ino
+    try:
+        ifindex = run_in_netns(port.netns, lambda: socket.if_nametoindex(port.dev))
+    except OSError as exc:
+        raise QtelemError(f"{port.node}:{port.dev}: no such device in {port.netns} ({exc})") from None
+    return ino, int(ifindex)
+
+
+class QueueTelemetry:
+    """The loaded program and its maps; ``drain()`` returns the slots closed since the last call."""
+
+    def __init__(self, ports: Sequence[QtPort], slot_ns: int = 100_000, drain_s: float = 0.25, obj: Path = OBJECT):
+        self.ports = list(ports)
+        self.slot_ns = slot_ns
+        self.ring_slots = check_config(slot_ns, drain_s, len(self.ports))
+        if not obj.exists():
+            raise QtelemError(f"{obj} is missing: build it with `python3 -m testbed.ecn.build`")
+        if not Path("/sys/kernel/btf/vmlinux").exists():
+            raise QtelemError("no kernel BTF (/sys/kernel/btf/vmlinux): the tp_btf programs need it")
+        self._lib = _libbpf()
+        self._links: list[int] = []
+        self._maps: list[mmap.mmap] = []
+        self._obj = self._lib.bpf_object__open_file(os.fsencode(str(obj)), None)
+        if not self._obj:
+            raise QtelemError(f"libbpf cannot open {obj}: {os.strerror(ctypes.get_errno())}")
+        try:
+            self._load_and_attach()
+        except BaseException:
+            self.close()
+            raise
+        self._tail = np.zeros(len(self.ports), dtype=np.uint64)
+        self.lost_slots = 0
+
+    def _map(self, name: str) -> int:
+        m = self._lib.bpf_object__find_map_by_name(self._obj, name.encode())
+        if not m:
+            raise QtelemError(f"qtelem.bpf.o has no map {name!r}: rebuild it (python3 -m testbed.ecn.build)")
+        return int(m)
+
+    def _load_and_attach(self) -> None:
+        lib = self._lib
+        if lib.bpf_map__set_max_entries(self._map("ring"), len(self.ports) * self.ring_slots) != 0:
+            raise QtelemError("libbpf refused the ring size")
+        if lib.bpf_object__load(self._obj) != 0:
+            err = ctypes.get_errno()
+            raise QtelemError(
+                f"the kernel refused qtelem.bpf.o ({os.strerror(err)}): it needs BTF, tp_btf programs and the "
+                "qdisc_enqueue, qdisc_dequeue, net_dev_queue and netif_receive_skb tracepoints"
+            )
+        fd = {n: lib.bpf_map__fd(self._map(n)) for n in ("cfg", "ports", "state", "ring")}
+        cfg = (ctypes.c_uint64 * 2)(self.slot_ns, self.ring_slots)  # struct qt_cfg: slot_ns, ring_slots, pad
+        self._update(fd["cfg"], ctypes.c_uint32(0), cfg)
+        for i, port in enumerate(self.ports):
+            ino, ifindex = _port_key(port)
+            self._update(fd["ports"], (ctypes.c_uint32 * 2)(ino, ifindex), (ctypes.c_uint64 * 2)(i, int(port.rate_bps)))
+        self._state = self._mmap(fd["state"], MAX_PORTS * STATE_DTYPE.itemsize)
+        self._ring = self._mmap(fd["ring"], len(self.ports) * self.ring_slots * SLOT_DTYPE.itemsize)
+        self.state = np.frombuffer(self._state, dtype=STATE_DTYPE, count=MAX_PORTS)
+        self.ring = np.frombuffer(self._ring, dtype=SLOT_DTYPE, count=len(self.ports) * self.ring_slots).reshape(
+            len(self.ports), self.ring_slots
+        )
+        for name in PROGRAMS:
+            prog = lib.bpf_object__find_program_by_name(self._obj, name.encode())
+            link = lib.bpf_program__attach(prog) if prog else None
+            if not link or lib.libbpf_get_error(link):
+                raise QtelemError(f"cannot attach {name}: {os.strerror(ctypes.get_errno())}")
+            self._links.append(int(link))
+
+    def _update(self, fd: int, key: Any, value: Any) -> None:
+        if self._lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(value), 0) != 0:
+            raise QtelemError(f"bpf map update failed: {os.strerror(ctypes.get_errno())}")
+
+    def _mmap(self, fd: int, size: int) -> mmap.mmap:
+        page = mmap.PAGESIZE
+        m = mmap.mmap(fd, (size + page - 1) // page * page, mmap.MAP_SHARED, mmap.PROT_READ)
+        self._maps.append(m)
+        return m
+
+    def drain(self) -> np.ndarray:
+        """Slots closed since the last drain, all ports, in port then time order (a copy)."""
+        out = []
+        n = self.ring_slots
+        for i in range(len(self.ports)):
+            head = int(self.state["head"][i])
+            tail = int(self._tail[i])
+            if head - tail > n - RING_MARGIN:
+                self.lost_slots += head - tail - (n - RING_MARGIN)
+                tail = head - (n - RING_MARGIN)
+            if head == tail:
+                continue
+            idx = np.arange(tail, head) % n
+            out.append(self.ring[i, idx].copy())
+            self._tail[i] = head
+        return np.concatenate(out) if out else np.zeros(0, dtype=SLOT_DTYPE)
+
+    def open_slots(self) -> np.ndarray:
+        """The slot each port still has open (exact once the programs are detached, see ``detach``)."""
+        st = self.state[: len(self.ports)]
+        return st["cur"][st["started"] == 1].copy()
+
+    def totals(self) -> np.ndarray:
+        """Per-port totals: the sojourn and dequeue-gap histograms, packets and marks seen (a copy)."""
+        return self.state[: len(self.ports)].copy()
+
+    def detach(self) -> None:
+        """Stop counting: no event writes the maps after this, so ``open_slots`` and ``totals`` are final."""
+        for link in self._links:
+            self._lib.bpf_link__destroy(link)
+        self._links = []
+
+    def close(self) -> None:
+        self.detach()
+        for m in self._maps:
+            try:
+                m.close()
+            except BufferError:  # a numpy view still refers to it; the mapping goes with the process
+                pass
+        self._maps = []
+        if self._obj:
+            self._lib.bpf_object__close(self._obj)
+            self._obj = None
+
+    def __enter__(self) -> QueueTelemetry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def soj_edges_us() -> list[float]:
+    """Upper edge of each sojourn bucket in microseconds (the last is open: inf)."""
+    return [float(1 << b) for b in range(SOJ_BUCKETS - 1)] + [float("inf")]
+
+
+def backlog_series(slots: np.ndarray, ports: Iterable[int] | None = None) -> np.ndarray:
+    """Slots of the given port ids (all when None), sorted by port and slot."""
+    s = slots if ports is None else slots[np.isin(slots["port"], list(ports))]
+    return s[np.lexsort((s["slot"], s["port"]))]
