@@ -29,12 +29,16 @@ from testbed.host.mininet_compat import import_mininet
 from testbed.machine import probe
 from testbed.preflight import budget as pf_budget
 from testbed.preflight.budget import manifest_entry
-from testbed.spec.scenario import Scenario, ScenarioFile, load_scenario_file, resolved
+from testbed.spec.scenario import Scenario, ScenarioFile, TelemetrySpec, load_scenario_file, resolved
+from testbed.spec.topology import Topology
 from testbed.telemetry import PortRef, start_sampler
 from testbed.telemetry.bpfmarks import marks_map_path
 from testbed.telemetry.budget import CpuBudget
 from testbed.telemetry.netstat import snapshot_hosts
 from testbed.telemetry.ports import SenderRef
+from testbed.telemetry.qslots import QSLOTS_DRAIN_S, QslotsConfig, start_qslots
+from testbed.telemetry.qtelem import QtPort
+from testbed.telemetry.qtelem import check_config as check_qtelem
 from testbed.vm import guestfit, run_in_guest
 from traffic.base import RunContext
 from traffic.iperf import bulk_senders
@@ -111,6 +115,11 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
         mm = marks_map_path(fab.prefix, ns, p.dev) if bpf.get(p.name) == "bpf" else None
         refs.append(PortRef(ns, p.dev, node=p.node, marks_map=mm))
     return refs
+
+
+def _qslots_config(fab: Fabric, tele: TelemetrySpec) -> QslotsConfig:
+    ports = tuple(QtPort(fab.netns(p.node), p.dev, p.link.rate_bps, p.node) for p in fab.ports())
+    return QslotsConfig(ports, slot_ns=int(tele.slot_us * 1000), drain_s=QSLOTS_DRAIN_S)
 
 
 SENDER_HZ = 20.0  # TCP_INFO samples per second of each backlogged iperf3 sender (senders.csv)
@@ -210,6 +219,9 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         go_file=str(go_file),
     )
     record.event("sampler", "started")
+    qslots = start_qslots(fab.procs, _qslots_config(fab, tele), record.path) if tele.bpf_queues else None
+    if qslots is not None:
+        record.event("qslots", "started")
     ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file)
     budget = CpuBudget()
     window: list[float] = []
@@ -234,6 +246,8 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             record.set("cpu_budget", budget.stop(fab.procs.procs))
         for row in snapshot_hosts(hosts_ns, "end"):
             netstat.write(row)
+        if qslots is not None:
+            record.set("qtelem_health", qslots.stop())
         record.set("sampler_health", sampler.stop())
         record.set("tc_after", tc_text(fab))
         bpf_marks = fab.read_marks()
@@ -263,6 +277,8 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaith
     for point in sf.points:  # refuse what cannot run here before the first point starts
         check_spec(point.fabric, caps)
         guestfit.check_fabric(point.fabric)
+        if point.telemetry.bpf_queues:
+            check_qtelem(int(point.telemetry.slot_us * 1000), QSLOTS_DRAIN_S, len(Topology(point.fabric).ports()))
         pf_budget.require_budget(point, caps)
     progress = Progress(len(sf.points))
     progress.plan([p.duration_s + 5 for p in sf.points])

@@ -11,7 +11,8 @@
       fabric.host_link.ecn: [off, {mode: step, k: 30KB}]
     repeat: 1                      # repetitions of every point
     seed: 1
-    telemetry: {queue_hz: 1000, link_hz: 100}
+    telemetry: {queue_hz: 1000, link_hz: 100}   # bpf_queues: true adds qslots.csv, counted in the kernel
+                                   # in slot_us (100) slots (testbed/telemetry/qslots.py)
     kernel: native                 # or stock: run inside a pinned stock kernel (testbed vm)
 
 Loading validates everything (unknown keys, impossible values, every sweep point) and builds nothing.
@@ -31,7 +32,7 @@ from typing import Any
 import yaml
 
 from testbed.spec.fabric import FabricSpec, Override
-from testbed.spec.fields import SpecError, check_keys, integer, number, sub
+from testbed.spec.fields import SpecError, boolean, check_keys, integer, number, sub
 from testbed.spec.scaling import apply_scale
 from testbed.spec.topology import Topology
 from testbed.spec.units import Size, UnitError, parse_duration
@@ -49,14 +50,18 @@ SCENARIO_KEYS = {
     "telemetry",
     "kernel",
 }
-TELEMETRY_KEYS = {"queue_hz", "link_hz", "cpu_hz"}
+TELEMETRY_KEYS = {"queue_hz", "link_hz", "cpu_hz", "bpf_queues", "slot_us"}
 
 
 @dataclass(frozen=True)
 class TelemetrySpec:
+    """Sampler rates; ``bpf_queues``: also count every queue in the kernel (qslots.csv) in ``slot_us`` slots."""
+
     queue_hz: float = 1000.0
     link_hz: float = 100.0
     cpu_hz: float = 10.0
+    bpf_queues: bool = False
+    slot_us: float = 100.0
 
     @classmethod
     def from_dict(cls, data: Any, path: str) -> TelemetrySpec:
@@ -65,6 +70,8 @@ class TelemetrySpec:
             number(sub(path, "queue_hz"), data.get("queue_hz", 1000.0), 0.0, 20000.0),
             number(sub(path, "link_hz"), data.get("link_hz", 100.0), 0.0, 2000.0),
             number(sub(path, "cpu_hz"), data.get("cpu_hz", 10.0), 0.0, 100.0),
+            boolean(sub(path, "bpf_queues"), data.get("bpf_queues", False)),
+            number(sub(path, "slot_us"), data.get("slot_us", 100.0), 10.0, 1e6),
         )
 
 

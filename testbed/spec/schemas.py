@@ -24,6 +24,25 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
         ),
         "egress queue samples; counters cumulative as read from the kernel; one row per queue per sample",
     ),
+    "qslots": (
+        (
+            "t",
+            "node",
+            "dev",
+            "backlog_max",
+            "backlog_min",
+            "qlen_max",
+            "enq_pkts",
+            "enq_bytes",
+            "deq_pkts",
+            "deq_bytes",
+            "drops",
+            "marks",
+            "soj_n",
+            *(f"soj_b{b}" for b in range(16)),
+        ),
+        "kernel queue telemetry (telemetry.bpf_queues): one row per port and time slot with any event in it",
+    ),
     "links": (
         ("t", "node", "dev", "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "tx_drops"),
         "interface counters over time (cumulative)",
@@ -102,6 +121,7 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
 # other column is typed by what it holds (a rank may be a number or a host's name), as ``results.tables`` reads it.
 TEXT: dict[str, frozenset[str]] = {
     "queues": frozenset({"node", "dev"}),
+    "qslots": frozenset({"node", "dev"}),
     "links": frozenset({"node", "dev"}),
     "cpu": frozenset({"cpu"}),
     "senders": frozenset({"node"}),

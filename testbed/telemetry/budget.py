@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from testbed.host.procs import CLK_TCK
 
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-ROLES = ("sampler", "workers", "iperf3", "probes", "scapy", "main", "other")
+ROLES = ("sampler", "qtelem", "workers", "iperf3", "probes", "scapy", "main", "other")
 
 
 class _Proc(Protocol):
@@ -36,6 +36,8 @@ def role_of(name: str, argv: list[str]) -> str:
     """The harness role of an owned process, from its name and command line (after ``ip netns exec NS``)."""
     if name == "telemetry-sampler":
         return "sampler"
+    if name == "telemetry-qslots":
+        return "qtelem"  # the kernel telemetry's reader; its programs' time is kernel time (emulation)
     args = list(argv)
     if len(args) > 3 and PurePath(args[0]).name == "ip" and args[1:3] == ["netns", "exec"]:
         args = args[4:]

@@ -125,3 +125,53 @@ def test_drops_bytes_and_packets_equal_tc(net: LineNet, tmp_path: Path) -> None:
     assert int(slots["marks"].sum()) == 0  # bfifo, no marker
     assert int(slots["backlog_max"].max()) <= 30000 + FRAME
     assert int(tot["gap_n"]) > 1000  # dequeues while busy: the direct fidelity check has data
+
+
+SMALL_BPF = """\
+name: qtelem-small
+description: one short iperf3 flow across the spine with the kernel queue telemetry on (tests/root/test_qtelem.py)
+fabric:
+  topology: spine-leaf
+  spines: 1
+  leaves: 2
+  hosts_per_leaf: 1
+  host_link: {rate: 50Mbit, buffer: 300KB, mtu: 9000}
+  transport: {cc: cubic, ecn: true}
+workload:
+  - {kind: iperf, name: pair, src: l1h1, dst: l2h1, duration: 3}
+duration: 20s
+telemetry: {queue_hz: 250, bpf_queues: true}
+"""
+
+
+def test_a_run_with_bpf_queues_records_its_slots(tmp_path: Path) -> None:
+    """`telemetry.bpf_queues` in a scenario: the record has qslots.csv and its health; bytes agree with the poller."""
+    import pandas as pd
+
+    from results.tables import read_table
+
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(SMALL_BPF)
+    cp = subprocess.run(
+        ["/usr/bin/python3", "-m", "testbed", "run", str(scenario), "-o", str(tmp_path / "runs"), "--no-report"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("*/manifest.json")]
+    manifest = json.loads((run / "manifest.json").read_text())
+    health = manifest["qtelem_health"]
+    assert health["lost_slots"] == 0 and health["slot_us"] == 100.0
+    slots = read_table(run / "qslots.csv", text=("node", "dev"))
+    queues: pd.DataFrame = read_table(run / "queues.csv", text=("node", "dev"))
+    assert not (run / "qslots.raw").exists()
+    # the flow's first hop: l1h1's egress; the poller's tx_bytes (the root's, cumulative) against the slots' sum
+    port = slots[(slots["node"] == "l1h1") & (slots["dev"] == "l1h1-l1")]
+    q = queues[(queues["node"] == "l1h1") & (queues["dev"] == "l1h1-l1")]
+    polled = float(q["tx_bytes"].iloc[-1] - q["tx_bytes"].iloc[0])
+    assert polled > 10e6  # 3 s at 50 Mbit/s is 18.75 MB
+    assert abs(float(port["deq_bytes"].sum()) - polled) <= 0.02 * polled
+    assert health["ports"]["l1h1:l1h1-l1"]["gap_n"] > 100
+    assert manifest["cpu_budget"]["harness_by_role"].get("qtelem", 0) > 0

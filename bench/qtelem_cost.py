@@ -1,0 +1,159 @@
+"""The queue poller against the kernel queue telemetry, side by side under the same traffic (issue 15's benchmark).
+
+    flock /run/tb-dev-emulation.lock /usr/bin/python3 -m bench.qtelem_cost [--seconds 8] [--runs 3] [--json FILE]
+
+Builds the default experiment's fabric (bench.sampler_cost: 14 namespaces, 32 queues, 50 Mbit/s, MTU 9000) with 8
+iperf3 flows in a ring, then alternates, ``--runs`` times each: the poller (``start_sampler`` at 1 kHz, links
+100 Hz) and the kernel telemetry (``start_qslots``, 100 us slots). Cost: the poller's health cpu_share; for the
+kernel telemetry, its reader's CPU (/proc) plus its programs' run time (``BPF_ENABLE_STATS``, held by this process
+only while it measures, so nothing stays enabled). Then one run with both at once checks agreement: wherever a
+poller row saw a backlog, the kernel's max and min over the slots within 1 ms of it bracket it (to a frame).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.sampler_cost import SPEC, proc_cpu, start_traffic
+from testbed.ecn.bpfsys import _bpf
+from testbed.fabric.build import Fabric
+from testbed.spec.fabric import FabricSpec
+
+BPF_ENABLE_STATS = 32
+FRAME = 9014
+
+
+class _EnableStats(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32)]  # BPF_STATS_RUN_TIME = 0
+
+
+def prog_run_ns() -> int:
+    """Total run time of the loaded qt_* programs (ns), from bpftool."""
+    out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True, check=True).stdout
+    return sum(int(p.get("run_time_ns", 0)) for p in json.loads(out) if str(p.get("name", "")).startswith("qt_"))
+
+
+def poller_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
+    from testbed import run
+    from testbed.telemetry import control
+
+    h = control.start_sampler(fab.procs, run._sampler_ports(fab), out, rate_hz=1000, link_hz=100, cpu_hz=10)
+    time.sleep(seconds)
+    health = h.stop()
+    return {"kind": "poller", "cpu_share": health["cpu_share"], "rate_hz": health["rate_hz_min"]}
+
+
+def bpf_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
+    from testbed import run
+    from testbed.spec.scenario import TelemetrySpec
+    from testbed.telemetry.qslots import start_qslots
+
+    out.mkdir(parents=True, exist_ok=True)
+    h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True)), out)
+    u0, s0 = proc_cpu(h.proc.pid)
+    k0, t0 = prog_run_ns(), time.monotonic()
+    time.sleep(seconds)
+    k1, (u1, s1), wall = prog_run_ns(), proc_cpu(h.proc.pid), time.monotonic() - t0
+    health = h.stop()
+    busy = [p for p in health["ports"].values() if p["deq_pkts"]]
+    return {
+        "kind": "bpf",
+        "cpu_share": round(((u1 - u0) + (s1 - s0) + (k1 - k0) / 1e9) / wall, 4),
+        "reader_share": round(((u1 - u0) + (s1 - s0)) / wall, 4),
+        "programs_share": round((k1 - k0) / 1e9 / wall, 4),
+        "slot_hz": 1e6 / health["slot_us"],
+        "rows_per_s": round(health["rows"] / health["duration_s"]),
+        "busy_ports": len(busy),
+        "lost_slots": health["lost_slots"],
+    }
+
+
+def agreement(out: Path) -> dict[str, Any]:
+    """Poller rows with a backlog that the kernel's slots within 1 ms bracket, to one frame."""
+    import pandas as pd
+
+    q = pd.read_csv(out / "queues.csv", dtype={"node": str, "dev": str})
+    s = pd.read_csv(out / "qslots.csv", dtype={"node": str, "dev": str})
+    q = q[q["backlog_bytes"] > 0]
+    ok = n = 0
+    for (node, dev), rows in q.groupby(["node", "dev"]):
+        k = s[(s["node"] == node) & (s["dev"] == dev)].sort_values("t")
+        if k.empty:
+            n += len(rows)
+            continue
+        t = k["t"].to_numpy()
+        lo = np.searchsorted(t, rows["t"].to_numpy() - 1e-3)
+        hi = np.searchsorted(t, rows["t"].to_numpy() + 1e-3)
+        bmax, bmin = k["backlog_max"].to_numpy(), k["backlog_min"].to_numpy()
+        for b, a, z in zip(rows["backlog_bytes"].to_numpy(), lo, hi, strict=True):
+            n += 1
+            ok += bool(z > a and bmax[a:z].max() + FRAME >= b and bmin[a:z].min() - FRAME <= b)
+    return {"poller_rows_with_backlog": n, "bracketed": ok, "share": round(ok / n, 4) if n else None}
+
+
+def both_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
+    from testbed import run
+    from testbed.spec.scenario import TelemetrySpec
+    from testbed.telemetry import control
+    from testbed.telemetry.qslots import start_qslots
+
+    out.mkdir(parents=True, exist_ok=True)
+    q = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True)), out)
+    p = control.start_sampler(fab.procs, run._sampler_ports(fab), out, rate_hz=1000, link_hz=100, cpu_hz=10)
+    time.sleep(seconds)
+    p.stop()
+    q.stop()
+    return agreement(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m bench.qtelem_cost", description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    results: list[dict[str, Any]] = []
+    total = (2 * args.runs + 1) * (args.seconds + 3) + 10
+    stats_fd = _bpf(BPF_ENABLE_STATS, _EnableStats(0))
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="tb-qtelem-cost-") as tmp,
+            Fabric(FabricSpec.from_dict(SPEC), lock_wait=600) as fab,
+        ):
+            d = Path(tmp)
+            traffic = start_traffic(fab, total, d)
+            time.sleep(1.0)  # past slow start: queues are filling
+            for i in range(args.runs):
+                for kind in ("poller", "bpf") if i % 2 == 0 else ("bpf", "poller"):
+                    fn = poller_run if kind == "poller" else bpf_run
+                    r = fn(fab, d / f"run{len(results)}", args.seconds)
+                    results.append(r)
+                    print(json.dumps(r), flush=True)
+            agree = both_run(fab, d / "both", args.seconds)
+            print(json.dumps({"agreement": agree}), flush=True)
+            for p in traffic:
+                p.stop(grace=1.0)
+    finally:
+        os.close(stats_fd)
+    share = {k: [r["cpu_share"] for r in results if r["kind"] == k] for k in ("poller", "bpf")}
+    for k, v in share.items():
+        print(f"{k:6s} cpu_share mean {statistics.mean(v):.4f} [{min(v):.4f}, {max(v):.4f}] over {len(v)} runs")
+    print(f"bpf/poller cpu_share: {statistics.mean(share['bpf']) / statistics.mean(share['poller']):.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": results, "agreement": agree}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

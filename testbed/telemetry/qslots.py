@@ -1,0 +1,205 @@
+"""The kernel queue telemetry as a process of the run: drain the slot rings while traffic runs, write the table at stop.
+
+    /usr/bin/python3 -m testbed.telemetry.qslots --config CONFIG.json --out DIR
+
+Every ``drain_s`` it copies the slots closed since the last drain and appends their raw bytes to DIR/qslots.raw (a
+copy and a write: cheap enough for a measured window). On SIGINT/SIGTERM it detaches the programs, takes the last
+slots (the open one of every port), writes DIR/qslots.csv (one row per port and busy slot, see
+docs/record-format.md) and DIR/qtelem_health.json (per-port totals: sojourn and dequeue-gap histograms, packets,
+marks, lost slots), removes the raw file, and exits 0. It creates DIR/qtelem.ready once the programs are attached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.host.procs import Proc, ProcessGroup
+from testbed.spec.schemas import SCHEMAS
+from testbed.telemetry.qtelem import (
+    GAP_BUCKETS,
+    SLOT_DTYPE,
+    SOJ_BUCKETS,
+    QtelemError,
+    QtPort,
+    QueueTelemetry,
+    soj_edges_us,
+)
+
+PYTHON = "/usr/bin/python3"
+QSLOTS_DRAIN_S = 0.25  # four drains a second: a ring holds two (qtelem.ring_slots_for)
+REPO = Path(__file__).resolve().parents[2]
+
+QSLOTS_COLUMNS = SCHEMAS["qslots"][0]
+assert QSLOTS_COLUMNS[-SOJ_BUCKETS:] == tuple(f"soj_b{b}" for b in range(SOJ_BUCKETS))
+
+
+@dataclass(frozen=True)
+class QslotsConfig:
+    """What the process counts: the run's ports, the slot length and how often the rings are drained."""
+
+    ports: tuple[QtPort, ...]
+    slot_ns: int = 100_000
+    drain_s: float = QSLOTS_DRAIN_S
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ports": [asdict(p) for p in self.ports], "slot_ns": self.slot_ns, "drain_s": self.drain_s}
+
+    @classmethod
+    def load(cls, path: Path) -> QslotsConfig:
+        d = json.loads(path.read_text())
+        return cls(tuple(QtPort(**p) for p in d["ports"]), int(d["slot_ns"]), float(d["drain_s"]))
+
+
+def slots_frame(slots: np.ndarray, cfg: QslotsConfig, wall_minus_mono: float) -> Any:
+    """The qslots table: one row per port and slot, ``t`` the slot's start on the wall clock the record uses."""
+    import pandas as pd
+
+    s = slots[np.lexsort((slots["slot"], slots["port"]))]
+    names = np.array([p.node for p in cfg.ports], dtype=object)
+    devs = np.array([p.dev for p in cfg.ports], dtype=object)
+    cols: dict[str, Any] = {
+        "t": s["slot"].astype(np.float64) * (cfg.slot_ns / 1e9) + wall_minus_mono,
+        "node": names[s["port"]],
+        "dev": devs[s["port"]],
+    }
+    for c in QSLOTS_COLUMNS[3:-SOJ_BUCKETS]:
+        cols[c] = s[c]
+    for b in range(SOJ_BUCKETS):
+        cols[f"soj_b{b}"] = s["soj"][:, b]
+    return pd.DataFrame(cols, columns=list(QSLOTS_COLUMNS))
+
+
+def health(qt: QueueTelemetry, cfg: QslotsConfig, rows: int, cpu_s: float, duration_s: float) -> dict[str, Any]:
+    """Per-port totals and the reader's own cost, for the manifest and the direct fidelity check."""
+    tot = qt.totals()
+    ports: dict[str, Any] = {}
+    for i, p in enumerate(cfg.ports):
+        t = tot[i]
+        ports[f"{p.node}:{p.dev}"] = {
+            "enq_pkts": int(t["enq_seen"]),
+            "deq_pkts": int(t["deq_seen"]),
+            "marks": int(t["marks_seen"]),
+            "soj_max_us": int(t["soj_max_ns"]) / 1e3,
+            "soj_hist": [int(x) for x in t["soj_total"]],
+            "gap_n": int(t["gap_n"]),
+            "gap_mean_abs_us": (int(t["gap_sum_abs_ns"]) / int(t["gap_n"]) / 1e3) if int(t["gap_n"]) else None,
+            "gap_hist": [int(x) for x in t["gap"]],
+        }
+    return {
+        "source": "bpf",
+        "slot_us": cfg.slot_ns / 1e3,
+        "drain_s": cfg.drain_s,
+        "ring_slots": qt.ring_slots,
+        "lost_slots": qt.lost_slots,
+        "rows": rows,
+        "cpu_s": round(cpu_s, 4),
+        "duration_s": round(duration_s, 3),
+        "soj_edges_us": [e if e != float("inf") else None for e in soj_edges_us()],
+        "gap_definition": (
+            f"gap_hist: {GAP_BUCKETS // 2} early then {GAP_BUCKETS // 2} late log2-us buckets of |dequeue gap - "
+            "len x 8 / rate|, between two dequeues with data left between them (bucket b: < 2^b us)"
+        ),
+        "ports": ports,
+    }
+
+
+def run(cfg: QslotsConfig, out: Path, stop: threading.Event) -> dict[str, Any]:
+    """Count until ``stop`` is set; write the table and the health file; return the health."""
+    raw = out / "qslots.raw"
+    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
+    wall_minus_mono = time.time() - time.monotonic()
+    with QueueTelemetry(cfg.ports, cfg.slot_ns, cfg.drain_s) as qt, open(raw, "ab") as fh:
+        (out / "qtelem.ready").write_text(f"{os.getpid()}\n")
+        while not stop.wait(cfg.drain_s):
+            fh.write(qt.drain().tobytes())
+        qt.detach()
+        fh.write(qt.drain().tobytes())
+        fh.write(qt.open_slots().tobytes())
+        fh.flush()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        slots = np.fromfile(raw, dtype=SLOT_DTYPE)
+        slots_frame(slots, cfg, wall_minus_mono).to_csv(out / "qslots.csv", index=False)
+        h = health(qt, cfg, len(slots), cpu, time.monotonic() - t0)
+    (out / "qtelem_health.json").write_text(json.dumps(h, indent=1) + "\n")
+    raw.unlink()
+    return h
+
+
+class QslotsHandle:
+    """The running process: ``stop()`` signals it, waits for the table, returns its health (idempotent)."""
+
+    def __init__(self, proc: Proc, out: Path):
+        self.proc, self.out = proc, out
+        self.health: dict[str, Any] | None = None
+
+    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
+        if self.health is not None:
+            return self.health
+        if self.proc.poll() is None:
+            self.proc.signal_group(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except TimeoutError:
+                self.proc.stop(grace=1.0)
+                raise QtelemError(f"qslots pid {self.proc.pid} did not stop within {timeout:g} s; killed") from None
+        try:
+            self.health = json.loads((self.out / "qtelem_health.json").read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise QtelemError(f"qslots exited {self.proc.poll()} without its health file ({exc}): "
+                              f"{self.proc.stderr_tail(5)}") from None  # fmt: skip
+        return dict(self.health)
+
+
+def start_qslots(procs: ProcessGroup, cfg: QslotsConfig, out: Path, ready_timeout: float = 20.0) -> QslotsHandle:
+    """Write DIR/qslots_config.json, spawn the process in ``procs``, wait until its programs are attached."""
+    (out / "qslots_config.json").write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+    argv = [PYTHON if Path(PYTHON).exists() else sys.executable, "-m", "testbed.telemetry.qslots"]
+    argv += ["--config", str(out / "qslots_config.json"), "--out", str(out)]
+    proc = procs.spawn("telemetry-qslots", argv, stderr=out / "qslots.log", cwd=REPO)
+    deadline = time.monotonic() + ready_timeout
+    while not (out / "qtelem.ready").exists():  # a child's readiness: no condition to wait on but the file
+        if proc.poll() is not None:
+            raise QtelemError(f"qslots exited {proc.poll()} before it was ready: {proc.stderr_tail(5)}")
+        if time.monotonic() > deadline:
+            proc.stop(grace=0.5)
+            raise QtelemError(f"qslots not ready within {ready_timeout:g} s: {proc.stderr_tail(5)}")
+        time.sleep(0.01)
+    return QslotsHandle(proc, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m testbed.telemetry.qslots", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = QslotsConfig.load(args.config)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if (args.out / "qslots.csv").exists():
+        print(f"qslots: {args.out}/qslots.csv exists: a run record is never overwritten", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    run(cfg, args.out, stop)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as exc:
+        print(f"qslots: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(2)
