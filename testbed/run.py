@@ -36,8 +36,8 @@ from testbed.telemetry.bpfmarks import marks_map_path
 from testbed.telemetry.budget import CpuBudget
 from testbed.telemetry.netstat import snapshot_hosts
 from testbed.telemetry.ports import SenderRef
-from testbed.telemetry.qslots import QSLOTS_DRAIN_S, QslotsConfig, start_qslots
-from testbed.telemetry.qtelem import QtPort
+from testbed.telemetry.qslots import QslotsConfig, start_qslots
+from testbed.telemetry.qtelem import DRAIN_S, QtPort
 from testbed.telemetry.qtelem import check_config as check_qtelem
 from testbed.vm import guestfit, run_in_guest
 from traffic.base import RunContext
@@ -119,7 +119,7 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
 
 def _qslots_config(fab: Fabric, tele: TelemetrySpec) -> QslotsConfig:
     ports = tuple(QtPort(fab.netns(p.node), p.dev, p.link.rate_bps, p.node) for p in fab.ports())
-    return QslotsConfig(ports, slot_ns=int(tele.slot_us * 1000), drain_s=QSLOTS_DRAIN_S)
+    return QslotsConfig(ports, slot_ns=tele.slot_ns)
 
 
 SENDER_HZ = 20.0  # TCP_INFO samples per second of each backlogged iperf3 sender (senders.csv)
@@ -278,7 +278,7 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaith
         check_spec(point.fabric, caps)
         guestfit.check_fabric(point.fabric)
         if point.telemetry.bpf_queues:
-            check_qtelem(int(point.telemetry.slot_us * 1000), QSLOTS_DRAIN_S, len(Topology(point.fabric).ports()))
+            check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(Topology(point.fabric).ports()))
         pf_budget.require_budget(point, caps)
     progress = Progress(len(sf.points))
     progress.plan([p.duration_s + 5 for p in sf.points])

@@ -63,6 +63,10 @@ class TelemetrySpec:
     bpf_queues: bool = False
     slot_us: float = 100.0
 
+    @property
+    def slot_ns(self) -> int:
+        return int(self.slot_us * 1000)
+
     @classmethod
     def from_dict(cls, data: Any, path: str) -> TelemetrySpec:
         check_keys(data, TELEMETRY_KEYS, path)

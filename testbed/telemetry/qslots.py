@@ -28,6 +28,7 @@ import numpy as np
 from testbed.host.procs import Proc, ProcessGroup
 from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry.qtelem import (
+    DRAIN_S,
     GAP_BUCKETS,
     SLOT_DTYPE,
     SOJ_BUCKETS,
@@ -38,7 +39,6 @@ from testbed.telemetry.qtelem import (
 )
 
 PYTHON = "/usr/bin/python3"
-QSLOTS_DRAIN_S = 0.25  # four drains a second: a ring holds two (qtelem.ring_slots_for)
 REPO = Path(__file__).resolve().parents[2]
 
 QSLOTS_COLUMNS = SCHEMAS["qslots"][0]
@@ -51,7 +51,7 @@ class QslotsConfig:
 
     ports: tuple[QtPort, ...]
     slot_ns: int = 100_000
-    drain_s: float = QSLOTS_DRAIN_S
+    drain_s: float = DRAIN_S
 
     def to_dict(self) -> dict[str, Any]:
         return {"ports": [asdict(p) for p in self.ports], "slot_ns": self.slot_ns, "drain_s": self.drain_s}
@@ -106,7 +106,7 @@ def health(qt: QueueTelemetry, cfg: QslotsConfig, rows: int, cpu_s: float, durat
         "rows": rows,
         "cpu_s": round(cpu_s, 4),
         "duration_s": round(duration_s, 3),
-        "soj_edges_us": [e if e != float("inf") else None for e in soj_edges_us()],
+        "soj_edges_us": soj_edges_us(),
         "gap_definition": (
             f"gap_hist: {GAP_BUCKETS // 2} early then {GAP_BUCKETS // 2} late log2-us buckets of |dequeue gap - "
             "len x 8 / rate|, between two dequeues with data left between them (bucket b: < 2^b us)"

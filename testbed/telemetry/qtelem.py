@@ -15,7 +15,7 @@ import ctypes
 import mmap
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
-from testbed.telemetry.netns import run_in_netns
+from testbed.telemetry.netns import netns_path, run_in_netns
 
 OBJECT = Path(__file__).resolve().parents[2] / "build" / "bpf" / "qtelem.bpf.o"
 PROGRAMS = ("qt_receive", "qt_dev_queue", "qt_enqueue", "qt_dequeue")
@@ -33,6 +33,7 @@ GAP_BUCKETS = 32  # 16 early then 16 late, log2 us of |gap - ideal|
 MIN_SLOT_NS = 10_000
 RING_MEMORY_CAP = 64 << 20  # bytes of ring over all ports
 RING_MARGIN = 64  # slots below the head that the reader never trusts (the writer may be filling one)
+DRAIN_S = 0.25  # a reader drains four times a second: a ring holds two drains (ring_slots_for)
 
 SLOT_DTYPE = np.dtype(
     [
@@ -139,7 +140,7 @@ def _libbpf() -> ctypes.CDLL:
 
 def _port_key(port: QtPort) -> tuple[int, int]:
     """(network namespace inode, ifindex) of the port's device: how the program tells the run's ports apart."""
-    ino = os.stat(f"/run/netns/{port.netns}").st_ino
+    ino = os.stat(netns_path(port.netns)).st_ino
     try:
         ifindex = run_in_netns(port.netns, lambda: socket.if_nametoindex(port.dev))
     except OSError as exc:
@@ -150,7 +151,7 @@ def _port_key(port: QtPort) -> tuple[int, int]:
 class QueueTelemetry:
     """The loaded program and its maps; ``drain()`` returns the slots closed since the last call."""
 
-    def __init__(self, ports: Sequence[QtPort], slot_ns: int = 100_000, drain_s: float = 0.25, obj: Path = OBJECT):
+    def __init__(self, ports: Sequence[QtPort], slot_ns: int = 100_000, drain_s: float = DRAIN_S, obj: Path = OBJECT):
         self.ports = list(ports)
         self.slot_ns = slot_ns
         self.ring_slots = check_config(slot_ns, drain_s, len(self.ports))
@@ -268,12 +269,6 @@ class QueueTelemetry:
         self.close()
 
 
-def soj_edges_us() -> list[float]:
-    """Upper edge of each sojourn bucket in microseconds (the last is open: inf)."""
-    return [float(1 << b) for b in range(SOJ_BUCKETS - 1)] + [float("inf")]
-
-
-def backlog_series(slots: np.ndarray, ports: Iterable[int] | None = None) -> np.ndarray:
-    """Slots of the given port ids (all when None), sorted by port and slot."""
-    s = slots if ports is None else slots[np.isin(slots["port"], list(ports))]
-    return s[np.lexsort((s["slot"], s["port"]))]
+def soj_edges_us() -> list[float | None]:
+    """Upper edge of each sojourn bucket in microseconds (None: the last is open)."""
+    return [float(1 << b) for b in range(SOJ_BUCKETS - 1)] + [None]

@@ -344,7 +344,7 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 	struct port_cfg *cfg;
 	struct port_state *st;
 	struct sk_buff *s = skb;
-	__u64 now, first_len;
+	__u64 now, deq_len;
 	__u32 backlog;
 
 	if (!skb)
@@ -352,7 +352,7 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 	st = event(q, &cfg, &now, &backlog);
 	if (!st)
 		return 0;
-	first_len = BPF_CORE_READ(skb, len);
+	deq_len = BPF_CORE_READ(skb, len); /* bytes of this dequeue (all of a bulk's skbs) */
 	/* the gap check: only between two dequeues with data left in between (the port stayed busy) */
 	if (st->last_deq_ns && st->last_backlog > 0 && cfg->rate_bps) {
 		__u64 gap = now - st->last_deq_ns;
@@ -369,11 +369,11 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 	for (int i = 0; i < BULK_MAX && i < packets && s; i++) {
 		dequeued(st, s, now);
 		if (i > 0)
-			first_len += BPF_CORE_READ(s, len);
+			deq_len += BPF_CORE_READ(s, len);
 		s = BPF_CORE_READ(s, next);
 	}
 	st->last_deq_ns = now;
-	st->last_deq_len = first_len;
+	st->last_deq_len = deq_len;
 	st->last_backlog = backlog;
 	return 0;
 }
