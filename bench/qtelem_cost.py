@@ -31,6 +31,7 @@ from testbed.fabric.build import Fabric
 from testbed.spec.fabric import FabricSpec
 
 BPF_ENABLE_STATS = 32
+SLOT_US = [100.0]  # --slot-us
 FRAME = 9014
 
 
@@ -38,10 +39,14 @@ class _EnableStats(ctypes.Structure):
     _fields_ = [("type", ctypes.c_uint32)]  # BPF_STATS_RUN_TIME = 0
 
 
-def prog_run_ns() -> int:
-    """Total run time of the loaded qt_* programs (ns), from bpftool."""
+def prog_stats() -> dict[str, tuple[int, int]]:
+    """Run time (ns) and run count of each loaded qt_* program, from bpftool."""
     out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True, check=True).stdout
-    return sum(int(p.get("run_time_ns", 0)) for p in json.loads(out) if str(p.get("name", "")).startswith("qt_"))
+    return {
+        str(p["name"]): (int(p.get("run_time_ns", 0)), int(p.get("run_cnt", 0)))
+        for p in json.loads(out)
+        if str(p.get("name", "")).startswith("qt_")
+    }
 
 
 def poller_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
@@ -60,13 +65,15 @@ def bpf_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
     from testbed.telemetry.qslots import start_qslots
 
     out.mkdir(parents=True, exist_ok=True)
-    h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True)), out)
+    h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=SLOT_US[0])), out)
     u0, s0 = proc_cpu(h.proc.pid)
-    k0, t0 = prog_run_ns(), time.monotonic()
+    p0, t0 = prog_stats(), time.monotonic()
     time.sleep(seconds)
-    k1, (u1, s1), wall = prog_run_ns(), proc_cpu(h.proc.pid), time.monotonic() - t0
+    p1, (u1, s1), wall = prog_stats(), proc_cpu(h.proc.pid), time.monotonic() - t0
     health = h.stop()
     busy = [p for p in health["ports"].values() if p["deq_pkts"]]
+    per = {n: (p1[n][0] - p0.get(n, (0, 0))[0], p1[n][1] - p0.get(n, (0, 0))[1]) for n in p1}
+    k0, k1 = 0, sum(ns for ns, _ in per.values())
     return {
         "kind": "bpf",
         "cpu_share": round(((u1 - u0) + (s1 - s0) + (k1 - k0) / 1e9) / wall, 4),
@@ -76,6 +83,10 @@ def bpf_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
         "rows_per_s": round(health["rows"] / health["duration_s"]),
         "busy_ports": len(busy),
         "lost_slots": health["lost_slots"],
+        "soj_miss": sum(p.get("soj_miss", 0) for p in health["ports"].values()),
+        "programs": {
+            n: {"runs_per_s": round(c / wall), "ns_per_run": round(ns / c) if c else None} for n, (ns, c) in per.items()
+        },
     }
 
 
@@ -109,7 +120,7 @@ def both_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
     from testbed.telemetry.qslots import start_qslots
 
     out.mkdir(parents=True, exist_ok=True)
-    q = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True)), out)
+    q = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=SLOT_US[0])), out)
     p = control.start_sampler(fab.procs, run._sampler_ports(fab), out, rate_hz=1000, link_hz=100, cpu_hz=10)
     time.sleep(seconds)
     p.stop()
@@ -122,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--slot-us", type=float, default=100.0, help="the kernel telemetry's slot (default 100)")
     args = ap.parse_args(argv)
+    SLOT_US[0] = args.slot_us
     results: list[dict[str, Any]] = []
     total = (2 * args.runs + 1) * (args.seconds + 3) + 10
     stats_fd = _bpf(BPF_ENABLE_STATS, _EnableStats(0))

@@ -118,7 +118,11 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
 
 
 def _qslots_config(fab: Fabric, tele: TelemetrySpec) -> QslotsConfig:
-    ports = tuple(QtPort(fab.netns(p.node), p.dev, p.link.rate_bps, p.node) for p in fab.ports())
+    impls = fab.marking.get("ports", {})
+    ports = tuple(
+        QtPort(fab.netns(p.node), p.dev, p.link.rate_bps, p.node, kernel_red=impls.get(p.name) == "kernel")
+        for p in fab.ports()
+    )
     return QslotsConfig(ports, slot_ns=tele.slot_ns)
 
 

@@ -92,6 +92,7 @@ def health(qt: QueueTelemetry, cfg: QslotsConfig, rows: int, cpu_s: float, durat
             "deq_pkts": int(t["deq_seen"]),
             "marks": int(t["marks_seen"]),
             "soj_max_us": int(t["soj_max_ns"]) / 1e3,
+            "soj_miss": int(t["soj_miss"]),
             "soj_hist": [int(x) for x in t["soj_total"]],
             "gap_n": int(t["gap_n"]),
             "gap_mean_abs_us": (int(t["gap_sum_abs_ns"]) / int(t["gap_n"]) / 1e3) if int(t["gap_n"]) else None,

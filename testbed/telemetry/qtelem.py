@@ -26,8 +26,11 @@ from testbed.errors import TestbedError
 from testbed.telemetry.netns import netns_path, run_in_netns
 
 OBJECT = Path(__file__).resolve().parents[2] / "build" / "bpf" / "qtelem.bpf.o"
-PROGRAMS = ("qt_receive", "qt_dev_queue", "qt_enqueue", "qt_dequeue")
+PROGRAMS = ("qt_enqueue", "qt_dequeue")
+STASH_PROGRAMS = ("qt_receive", "qt_dev_queue")  # ECN before the qdisc: only where a port marks with kernel RED
+CFG_STASH = 1  # qt_cfg.flags
 MAX_PORTS = 256  # the program's `ports` and `state` maps
+FIFO_N = 4096  # enqueue times per port (the program's FIFO_N): more queued packets than this miss their sojourn
 SOJ_BUCKETS = 16  # bucket b: sojourn < 2^b us (b = 0: under 1 us); the last is open
 GAP_BUCKETS = 32  # 16 early then 16 late, log2 us of |gap - ideal|
 MIN_SLOT_NS = 10_000
@@ -70,9 +73,13 @@ STATE_DTYPE = np.dtype(
         ("enq_seen", "<u8"),
         ("deq_seen", "<u8"),
         ("marks_seen", "<u8"),
+        ("fifo_enq", "<u8"),
+        ("last_deq_skb", "<u8"),
+        ("soj_miss", "<u8"),
+        ("last_enq_ts", "<u8"),
     ]
 )
-assert SLOT_DTYPE.itemsize == 128 and STATE_DTYPE.itemsize == 600  # qtelem.bpf.c's struct slot / port_state
+assert SLOT_DTYPE.itemsize == 128 and STATE_DTYPE.itemsize == 632  # qtelem.bpf.c's struct slot / port_state
 
 
 class QtelemError(TestbedError, RuntimeError):
@@ -81,12 +88,15 @@ class QtelemError(TestbedError, RuntimeError):
 
 @dataclass(frozen=True)
 class QtPort:
-    """One egress port to count: its namespace, device, shaped rate, and the node name the record uses."""
+    """One egress port to count: its namespace, device, shaped rate, the node name the record uses, and whether
+    kernel RED marks there (its marks are then told by the ECN field before the qdisc, which costs two more hooks
+    on every packet; the eBPF marker flags its marks in the packet instead)."""
 
     netns: str
     dev: str
     rate_bps: float
     node: str
+    kernel_red: bool = False
 
 
 def ring_slots_for(slot_ns: int, drain_s: float) -> int:
@@ -125,6 +135,7 @@ def _libbpf() -> ctypes.CDLL:
         ("bpf_object__find_map_by_name", vp, [vp, cp]),
         ("bpf_object__find_program_by_name", vp, [vp, cp]),
         ("bpf_map__set_max_entries", i, [vp, ctypes.c_uint32]),
+        ("bpf_program__set_autoload", i, [vp, ctypes.c_bool]),
         ("bpf_map__fd", i, [vp]),
         ("bpf_program__attach", vp, [vp]),
         ("bpf_link__destroy", i, [vp]),
@@ -183,6 +194,13 @@ class QueueTelemetry:
         lib = self._lib
         if lib.bpf_map__set_max_entries(self._map("ring"), len(self.ports) * self.ring_slots) != 0:
             raise QtelemError("libbpf refused the ring size")
+        if lib.bpf_map__set_max_entries(self._map("fifo"), len(self.ports) * FIFO_N) != 0:
+            raise QtelemError("libbpf refused the enqueue-time ring size")
+        stash = any(p.kernel_red for p in self.ports)
+        for name in STASH_PROGRAMS if not stash else ():
+            prog = lib.bpf_object__find_program_by_name(self._obj, name.encode())
+            if prog:
+                lib.bpf_program__set_autoload(prog, False)
         if lib.bpf_object__load(self._obj) != 0:
             err = ctypes.get_errno()
             raise QtelemError(
@@ -190,7 +208,8 @@ class QueueTelemetry:
                 "qdisc_enqueue, qdisc_dequeue, net_dev_queue and netif_receive_skb tracepoints"
             )
         fd = {n: lib.bpf_map__fd(self._map(n)) for n in ("cfg", "ports", "state", "ring")}
-        cfg = (ctypes.c_uint64 * 2)(self.slot_ns, self.ring_slots)  # struct qt_cfg: slot_ns, ring_slots, pad
+        # struct qt_cfg: slot_ns, then ring_slots and flags (two u32 in one little-endian u64)
+        cfg = (ctypes.c_uint64 * 2)(self.slot_ns, self.ring_slots | (CFG_STASH if stash else 0) << 32)
         self._update(fd["cfg"], ctypes.c_uint32(0), cfg)
         for i, port in enumerate(self.ports):
             ino, ifindex = _port_key(port)
@@ -201,7 +220,7 @@ class QueueTelemetry:
         self.ring = np.frombuffer(self._ring, dtype=SLOT_DTYPE, count=len(self.ports) * self.ring_slots).reshape(
             len(self.ports), self.ring_slots
         )
-        for name in PROGRAMS:
+        for name in PROGRAMS + (STASH_PROGRAMS if stash else ()):
             prog = lib.bpf_object__find_program_by_name(self._obj, name.encode())
             link = lib.bpf_program__attach(prog) if prog else None
             if not link or lib.libbpf_get_error(link):

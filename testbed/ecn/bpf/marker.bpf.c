@@ -17,6 +17,10 @@
 #define ETH_P_IPV6 0x86DD
 #define TCQ_F_CPUSTATS 0x20 /* per-cpu qstats: sch->qstats.backlog is not maintained */
 
+/* skb->mark bit set on the packets this program turns CE, so the kernel queue telemetry (qtelem.bpf.c) counts
+ * them at this port; the mark is scrubbed when the packet crosses into the next node's namespace (veth) */
+#define QT_MARK_CE 0x80000000U
+
 #define MODE_OFF 0
 #define MODE_STEP 1
 #define MODE_RAMP 2
@@ -123,8 +127,10 @@ int ecn_mark(struct __sk_buff *ctx)
 	if (backlog > st->max_backlog)
 		st->max_backlog = backlog;
 
-	if (ecn != 3 && decide(c, backlog) && bpf_skb_ecn_set_ce(ctx))
+	if (ecn != 3 && decide(c, backlog) && bpf_skb_ecn_set_ce(ctx)) {
 		st->marks += segs;
+		ctx->mark |= QT_MARK_CE;
+	}
 	return TC_ACT_OK;
 }
 

@@ -7,9 +7,14 @@
  * (an mmapable array that userspace reads in bulk) and its head advances. An idle port costs nothing.
  *
  * Per slot: root backlog max/min after each event, bytes and packets enqueued and dequeued, drops (the root's
- * qstats.drops delta: a drop fires no enqueue event, the next event sees it), CE marks set at this port (CE at
- * enqueue that was not CE before this node marked, see ecn_before), and a log2 histogram of sojourn times (enqueue to dequeue, per packet). Per port, for the direct fidelity check: the gap between consecutive dequeues while the
- * queue stayed busy, minus the ideal transmission time of the packet that left first (len x 8 / rate).
+ * qstats.drops delta: a drop fires no enqueue event, the next event sees it), CE marks set at this port (the eBPF
+ * marker flags the packets it turns CE in skb->mark, see QT_MARK_CE; kernel RED's marks need the ECN field from
+ * before the qdisc, see ecn_before), and a log2 histogram of sojourn times (enqueue to dequeue, per packet).
+ * Per port, for the direct fidelity check: the gap between consecutive dequeues while the queue stayed busy, minus
+ * the ideal transmission time of the packet that left first (len x 8 / rate).
+ *
+ * Cost: fields are read by direct BTF loads (no helper call); enqueue times sit in a per-port ring in enqueue order
+ * (the ports' qdiscs are FIFO), so a dequeue finds its packet's time by index, not in a hash.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -23,7 +28,11 @@
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
 #define ECN_CE 3
-#define BULK_MAX 8
+#define BULK_MAX 64
+#define QT_MARK_CE 0x80000000U /* skb->mark bit: the eBPF marker turned this packet CE (marker.bpf.c) */
+#define FIFO_N 4096            /* enqueue times per port: more packets queued than this are counted as missed */
+#define FIFO_LOOKAHEAD 4       /* ring positions past the expected one a dequeued skb may sit at (see enqueued_at) */
+#define CFG_STASH 1            /* qt_cfg.flags: the ECN stash hooks are attached (a port marks with kernel RED) */
 
 struct port_key {
 	__u32 netns;
@@ -69,12 +78,21 @@ struct port_state {
 	__u64 enq_seen;
 	__u64 deq_seen;
 	__u64 marks_seen;
+	__u64 fifo_enq;       /* skbs put in this port's enqueue-time ring */
+	__u64 last_deq_skb;   /* the last skb dequeued: one requeued by the driver leaves twice */
+	__u64 soj_miss;       /* dequeued skbs whose enqueue time was not found (no sojourn counted) */
+	__u64 last_enq_ts;    /* enqueue time of the last skb matched: FIFO order never goes back in time */
+};
+
+struct fifo_ent {
+	__u64 skb;
+	__u64 ts;
 };
 
 struct qt_cfg {
 	__u64 slot_ns;
 	__u32 ring_slots; /* per port, a power of two */
-	__u32 pad;
+	__u32 flags;      /* CFG_STASH */
 };
 
 struct {
@@ -108,12 +126,13 @@ struct {
 	__type(value, struct slot);
 } ring SEC(".maps");
 
+/* max_entries is set by the loader: ports x FIFO_N */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, __u64);
-} enq_ts SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fifo_ent);
+} fifo SEC(".maps");
 
 struct pre {
 	__u64 skb;
@@ -130,9 +149,9 @@ struct {
 
 static __always_inline int ecn_of(struct sk_buff *skb)
 {
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 nh = BPF_CORE_READ(skb, network_header);
+	__u16 proto = bpf_ntohs(skb->protocol);
+	unsigned char *head = skb->head;
+	__u16 nh = skb->network_header;
 	__u8 b[2] = {};
 
 	if (proto == ETH_P_IP) {
@@ -148,26 +167,27 @@ static __always_inline int ecn_of(struct sk_buff *skb)
 	return -1;
 }
 
-/* Packets as tc counts them: a GSO skb (GRO on a veth receive makes them) is gso_segs packets */
+/* Packets as tc counts them: a GSO skb (GRO on a veth receive makes them) is gso_segs packets. (Judging by length
+ * against the MTU is not enough: tc counted 0.5 % more packets than that.) */
 static __always_inline __u32 segs_of(struct sk_buff *skb)
 {
-	struct skb_shared_info *si = (void *)(BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, end));
+	struct skb_shared_info *si;
 	__u16 segs = 0;
 
+	si = (void *)(skb->head + skb->end);
 	if (bpf_probe_read_kernel(&segs, sizeof(segs), &si->gso_segs))
 		return 1;
 	return segs ? segs : 1;
 }
 
-static __always_inline struct port_cfg *port_of(struct Qdisc *q)
+static __always_inline struct port_cfg *port_of(struct net_device *dev)
 {
-	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
 	struct port_key key = {};
 
 	if (!dev)
 		return 0;
-	key.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
-	key.ifindex = BPF_CORE_READ(dev, ifindex);
+	key.netns = dev->nd_net.net->ns.inum;
+	key.ifindex = dev->ifindex;
 	return bpf_map_lookup_elem(&ports, &key);
 }
 
@@ -217,8 +237,8 @@ static __always_inline struct port_state *slot_for(__u32 id, __u64 now, __u32 ba
 
 static __always_inline void account(struct port_state *st, struct Qdisc *q, __u32 backlog)
 {
-	__u64 drops = BPF_CORE_READ(q, qstats.drops);
-	__u32 qlen = BPF_CORE_READ(q, q.qlen);
+	__u64 drops = q->qstats.drops;
+	__u32 qlen = q->q.qlen;
 
 	st->cur.events++;
 	if (backlog > st->cur.backlog_max)
@@ -274,60 +294,113 @@ static __always_inline int ecn_before(struct sk_buff *skb)
 }
 
 /* One event at a port of the run: the port's state with its open slot for now, accounted; 0 for other ports */
-static __always_inline struct port_state *event(struct Qdisc *q, struct port_cfg **cfg, __u64 *now, __u32 *backlog)
+static __always_inline struct port_state *event(struct Qdisc *q, struct net_device *dev, struct port_cfg **cfg,
+						__u64 *now, __u32 *backlog)
 {
 	struct port_state *st;
 
-	*cfg = port_of(q);
+	*cfg = port_of(dev);
 	if (!*cfg)
 		return 0;
 	*now = bpf_ktime_get_ns();
-	*backlog = BPF_CORE_READ(q, qstats.backlog);
+	*backlog = q->qstats.backlog;
 	st = slot_for((*cfg)->id, *now, *backlog);
 	if (st)
 		account(st, q, *backlog);
 	return st;
 }
 
+/* CE set at this node: flagged by the eBPF marker, or (kernel RED, stash hooks attached) CE now and not before */
+static __always_inline int marked_here(struct sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct qt_cfg *c;
+	int before;
+
+	if (skb->mark & QT_MARK_CE)
+		return 1;
+	c = bpf_map_lookup_elem(&cfg, &zero);
+	if (!c || !(c->flags & CFG_STASH))
+		return 0;
+	before = ecn_before(skb);
+	return before >= 0 && before != ECN_CE && ecn_of(skb) == ECN_CE;
+}
+
 SEC("tp_btf/qdisc_enqueue")
 int BPF_PROG(qt_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct sk_buff *skb)
 {
+	struct net_device *dev = txq->dev;
 	struct port_cfg *cfg;
-	__u64 now, len;
-	__u32 backlog, segs;
-	struct port_state *st = event(q, &cfg, &now, &backlog);
-	int ecn, before;
+	struct fifo_ent *e;
+	__u64 now;
+	__u32 backlog, segs, idx;
+	struct port_state *st = event(q, dev, &cfg, &now, &backlog);
 
 	if (!st)
 		return 0;
-	len = BPF_CORE_READ(skb, len);
 	segs = segs_of(skb);
 	st->cur.enq_pkts += segs;
-	st->cur.enq_bytes += len;
+	st->cur.enq_bytes += skb->len;
 	st->enq_seen += segs;
-	ecn = ecn_of(skb);
-	before = ecn_before(skb);
-	if (ecn == ECN_CE && before >= 0 && before != ECN_CE) {
-		st->cur.marks++;
-		st->marks_seen++;
+	if (marked_here(skb)) {
+		st->cur.marks += segs;
+		st->marks_seen += segs;
 	}
-	bpf_map_update_elem(&enq_ts, &skb, &now, BPF_ANY);
+	idx = cfg->id * FIFO_N + (__u32)(st->fifo_enq & (FIFO_N - 1));
+	e = bpf_map_lookup_elem(&fifo, &idx);
+	if (e) {
+		e->skb = (__u64)skb;
+		e->ts = now;
+	}
+	st->fifo_enq++;
 	return 0;
 }
 
-static __always_inline void dequeued(struct port_state *st, struct sk_buff *skb, __u64 now)
+static __always_inline struct fifo_ent *fifo_at(__u32 id, __u64 pos)
 {
-	__u64 key = (__u64)skb, *t0, soj;
+	__u32 idx = id * FIFO_N + (__u32)(pos & (FIFO_N - 1));
+
+	return bpf_map_lookup_elem(&fifo, &idx);
+}
+
+/* The enqueue time of the skb leaving now, 0 if not found. The queue is FIFO, so after a dequeue of n skbs with
+ * qlen still queued, skb i of the n was put in the ring at fifo_enq - qlen - n + i. Computing the position from the
+ * queue's own length, rather than keeping a read pointer, cannot drift: a skb whose enqueue fired no event (qlen
+ * counts it, the ring does not) shifts the ones behind it by one, hence the few positions of look-ahead. */
+static __always_inline __u64 enqueued_at(struct port_state *st, __u32 id, struct sk_buff *skb, __u64 pos)
+{
+	struct fifo_ent *e;
+
+	if ((__u64)skb == st->last_deq_skb)
+		return 0; /* requeued and dequeued again: its sojourn was counted the first time */
+	st->last_deq_skb = (__u64)skb;
+	for (int j = 0; j < FIFO_LOOKAHEAD; j++) {
+		if (pos + j >= st->fifo_enq || st->fifo_enq - (pos + j) > FIFO_N)
+			break; /* not enqueued yet, or overwritten by later enqueues */
+		e = fifo_at(id, pos + j);
+		/* an older entry with the same pointer is a freed skb's, reused: not this one */
+		if (e && e->skb == (__u64)skb && e->ts >= st->last_enq_ts) {
+			st->last_enq_ts = e->ts;
+			return e->ts;
+		}
+	}
+	st->soj_miss++;
+	return 0;
+}
+
+static __always_inline void dequeued(struct port_state *st, __u32 id, struct sk_buff *skb, struct net_device *dev,
+				     __u64 now, __u64 pos)
+{
+	__u64 t0, soj;
 	__u32 b, segs = segs_of(skb);
 
 	st->cur.deq_pkts += segs;
-	st->cur.deq_bytes += BPF_CORE_READ(skb, len);
+	st->cur.deq_bytes += skb->len;
 	st->deq_seen += segs;
-	t0 = bpf_map_lookup_elem(&enq_ts, &key);
+	t0 = enqueued_at(st, id, skb, pos);
 	if (!t0)
 		return;
-	soj = now > *t0 ? now - *t0 : 0;
-	bpf_map_delete_elem(&enq_ts, &key);
+	soj = now > t0 ? now - t0 : 0;
 	b = log2_bucket(soj / 1000, SOJ_BUCKETS);
 	if (b < SOJ_BUCKETS) {
 		st->cur.soj[b]++;
@@ -341,18 +414,19 @@ static __always_inline void dequeued(struct port_state *st, struct sk_buff *skb,
 SEC("tp_btf/qdisc_dequeue")
 int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int packets, struct sk_buff *skb)
 {
+	struct net_device *dev = txq->dev;
 	struct port_cfg *cfg;
 	struct port_state *st;
 	struct sk_buff *s = skb;
-	__u64 now, deq_len;
+	__u64 now, deq_len, left, base;
 	__u32 backlog;
 
 	if (!skb)
 		return 0;
-	st = event(q, &cfg, &now, &backlog);
+	st = event(q, dev, &cfg, &now, &backlog);
 	if (!st)
 		return 0;
-	deq_len = BPF_CORE_READ(skb, len); /* bytes of this dequeue (all of a bulk's skbs) */
+	deq_len = skb->len; /* bytes of this dequeue (all of a bulk's skbs) */
 	/* the gap check: only between two dequeues with data left in between (the port stayed busy) */
 	if (st->last_deq_ns && st->last_backlog > 0 && cfg->rate_bps) {
 		__u64 gap = now - st->last_deq_ns;
@@ -366,11 +440,13 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 		st->gap_n++;
 		st->gap_sum_abs_ns += dev;
 	}
+	left = q->q.qlen + (packets > 0 ? packets : 1); /* skbs queued before this dequeue */
+	base = st->fifo_enq > left ? st->fifo_enq - left : 0;
 	for (int i = 0; i < BULK_MAX && i < packets && s; i++) {
-		dequeued(st, s, now);
+		dequeued(st, cfg->id, s, dev, now, base + i);
 		if (i > 0)
-			deq_len += BPF_CORE_READ(s, len);
-		s = BPF_CORE_READ(s, next);
+			deq_len += s->len;
+		s = s->next;
 	}
 	st->last_deq_ns = now;
 	st->last_deq_len = deq_len;
