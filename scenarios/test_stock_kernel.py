@@ -69,7 +69,8 @@ def test_kernel_red_step_marking_keeps_the_queue_short(experiment):
     exp.expect(q_on["median"] <= 2 * k, f"median queue {q_on['median'] / 1e3:.0f} KB above 2 K with RED")
     exp.expect(q_on["drops"] <= q_off["drops"], f"RED dropped {q_on['drops']:.0f}, drop-tail {q_off['drops']:.0f}")
     u_off, u_on = (port_utilization(p.path, BOTTLENECK, steady_window(p.path, SKIP_S)) for p in (off, on))
-    print(f"steady utilization: drop-tail {u_off:.3f}, RED {u_on:.3f}")
+    rtt_off, rtt_on = (srtt_min_s(p.path) * 1e3 for p in (off, on))
+    print(f"steady utilization: drop-tail {u_off:.3f}, RED {u_on:.3f}; srtt min {rtt_off:.1f} / {rtt_on:.1f} ms")
     exp.expect(
         u_on >= RED_UTIL_RATIO_MIN * u_off,
         f"bottleneck utilization with RED {u_on:.3f} while both flows ran (steady window) below {RED_UTIL_RATIO_MIN} "

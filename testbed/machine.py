@@ -22,6 +22,23 @@ def probe() -> Capabilities:
 def doctor_rows(caps: Capabilities) -> list[tuple[str, str, str, str]]:
     """doctor's table: the capabilities' rows, then the calibration's when ``caps`` has it."""
     rows = capabilities.doctor_rows(caps)
+    rows.append(queue_telemetry_row())
     if caps.calibration is not None:
         rows.append(("CPU cost calibration", *cache.describe_status(dict(caps.calibration))))
     return rows
+
+
+def queue_telemetry_row() -> tuple[str, str, str, str]:
+    """Which queue telemetry a run can use here: the kernel's (``telemetry.bpf_queues``) beside the poller, or the
+    poller alone and why."""
+    from testbed.telemetry.qtelem import availability
+
+    why = availability()
+    if why is None:
+        return ("Kernel queue telemetry (telemetry.bpf_queues)", "yes", "", "")
+    return (
+        "Kernel queue telemetry (telemetry.bpf_queues)",
+        "MISSING",
+        f"queues are polled only (1 kHz netlink): {why}",
+        "Linux with BTF and tp_btf, libbpf1, clang; python3 -m testbed.ecn.build",
+    )

@@ -224,6 +224,7 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
     )
     record.event("sampler", "started")
     qslots = start_qslots(fab.procs, _qslots_config(fab, tele), record.path) if tele.bpf_queues else None
+    record.set("queue_telemetry", ["poller", "bpf"] if qslots is not None else ["poller"])
     if qslots is not None:
         record.event("qslots", "started")
     ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file)

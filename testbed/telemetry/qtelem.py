@@ -288,6 +288,32 @@ class QueueTelemetry:
         self.close()
 
 
+def availability(obj: Path = OBJECT) -> str | None:
+    """None when the kernel telemetry can run here (the object loads: BTF, tp_btf and the qdisc tracepoints are
+    there), else why not: for doctor. Loads the programs without attaching them, so nothing is counted."""
+    if not obj.exists():
+        return f"{obj} is missing: build it with `python3 -m testbed.ecn.build`"
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        return "no kernel BTF (/sys/kernel/btf/vmlinux)"
+    try:
+        lib = _libbpf()
+    except QtelemError as exc:
+        return str(exc)
+    o = lib.bpf_object__open_file(os.fsencode(str(obj)), None)
+    if not o:
+        return f"libbpf cannot open {obj}: {os.strerror(ctypes.get_errno())}"
+    try:
+        for name, n in (("ring", 1024), ("fifo", FIFO_N)):
+            m = lib.bpf_object__find_map_by_name(o, name.encode())
+            if not m or lib.bpf_map__set_max_entries(m, n) != 0:
+                return f"qtelem.bpf.o has no map {name!r}: rebuild it (python3 -m testbed.ecn.build)"
+        if lib.bpf_object__load(o) != 0:
+            return f"the kernel refused qtelem.bpf.o ({os.strerror(ctypes.get_errno())})"
+    finally:
+        lib.bpf_object__close(o)
+    return None
+
+
 def soj_edges_us() -> list[float | None]:
     """Upper edge of each sojourn bucket in microseconds (None: the last is open)."""
     return [float(1 << b) for b in range(SOJ_BUCKETS - 1)] + [None]

@@ -243,3 +243,10 @@ def test_marks_equal_the_ebpf_markers(net: LineNet, tmp_path: Path) -> None:
     assert after["10:"]["drops"] == before["10:"]["drops"], "the 300 KB buffer dropped: marks cannot be compared"
     assert marked > 100, f"the marker marked {marked}: the queue never passed K"
     assert int(slots["marks"].sum()) == int(tot["marks_seen"]) == marked
+
+
+def test_availability_loads_the_programs() -> None:
+    """doctor's probe: the built object loads on this kernel (without attaching)."""
+    from testbed.telemetry.qtelem import availability
+
+    assert availability() is None

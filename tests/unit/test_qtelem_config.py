@@ -27,3 +27,21 @@ def test_slot_needing_more_ring_memory_than_the_cap_is_refused() -> None:
 def test_port_count_is_bounded() -> None:
     with pytest.raises(QtelemError, match="257 ports"):
         check_config(100_000, 0.25, 257)
+
+
+def test_availability_names_a_missing_object(tmp_path):
+    from testbed.telemetry.qtelem import availability
+
+    why = availability(tmp_path / "qtelem.bpf.o")
+    assert why is not None and "python3 -m testbed.ecn.build" in why
+
+
+def test_doctor_row_says_why_the_kernel_telemetry_is_missing(monkeypatch, tmp_path):
+    from testbed import machine
+    from testbed.telemetry import qtelem
+
+    monkeypatch.setattr(qtelem, "OBJECT", tmp_path / "absent.o")
+    monkeypatch.setattr(qtelem.availability, "__defaults__", (tmp_path / "absent.o",))
+    what, status, disables, _ = machine.queue_telemetry_row()
+    assert what.startswith("Kernel queue telemetry")
+    assert status == "MISSING" and "polled only" in disables and "absent.o" in disables
