@@ -34,6 +34,20 @@ def _delta(v: np.ndarray) -> float | None:
     return None if ends is None else ends[1] - ends[0]
 
 
+def _marks_total(per: dict[str, dict[str, Any]], marker: pd.DataFrame) -> float:
+    """Marks over every port: its queue rows' marks where the sampler counted them (RED's, and the eBPF marker's,
+    which the sampler reads from its map), else the marker's final counter (marks.csv). Not both: the queue rows
+    already carry the marker's counts."""
+    total = float(sum(q["marks"] or 0 for q in per.values()))
+    if marker.empty:
+        return total
+    counts = numbers(marker, "marks").fillna(0)
+    for node, dev, m in zip(marker["node"].astype(str), marker["dev"].astype(str), counts, strict=True):
+        if (per.get(f"{node}:{dev}") or {}).get("marks") is None:
+            total += float(m)
+    return total
+
+
 def queues(run: Run, s: Summary) -> None:
     names = ("drops_total", "overlimits_total", "queue_backlog_max_bytes", "queue_backlog_p99_bytes", "queues")
     table = run.table("queues")
@@ -60,7 +74,7 @@ def queues(run: Run, s: Summary) -> None:
     s.put("queues", per)
     for metric, col in (("drops_total", "drops"), ("overlimits_total", "overlimits")):
         s.put(metric, sum(q[col] or 0 for q in per.values()))
-    s.put("marks_total", sum(q["marks"] or 0 for q in per.values()) + marker_marks)
+    s.put("marks_total", _marks_total(per, marker))
     maxes = [q["backlog_max_bytes"] for q in per.values() if q["backlog_max_bytes"] is not None]
     p99s = [q["backlog_p99_bytes"] for q in per.values() if q["backlog_p99_bytes"] is not None]
     if maxes:

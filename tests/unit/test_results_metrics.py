@@ -85,6 +85,23 @@ def test_queue_counters_are_cumulative(tmp_path: Path) -> None:
     assert s["queue_sampling"]["rate_hz"] == pytest.approx(1000, rel=1e-6)
 
 
+def test_marks_total_counts_the_ebpf_markers_marks_once(tmp_path: Path) -> None:
+    """Issue 16: the sampler's queue rows carry the eBPF marker's counts, and marks.csv has the same counts again;
+    marks_total was their sum (twice the receivers' CE packets). A port the sampler had no marks for still counts
+    the marker's."""
+    rows = []
+    for i in range(3):
+        common = {"backlog_bytes": 0, "backlog_pkts": 0, "drops": 0, "overlimits": 0, "tx_bytes": i, "tx_pkts": i}
+        rows.append({"t": 10.0 + i * 0.1, "node": "l1", "dev": "l1-l1h1", "marks": 5 * i, "requeues": 0, **common})
+        rows.append({"t": 10.0 + i * 0.1, "node": "l2", "dev": "l2-l2h1", "marks": "", "requeues": 0, **common})
+    marks = [
+        {"node": "l1", "dev": "l1-l1h1", "impl": "bpf", "marks": 10, "ect_seen": 100},
+        {"node": "l2", "dev": "l2-l2h1", "impl": "bpf", "marks": 7, "ect_seen": 50},
+    ]
+    s = summarize(_run(tmp_path, {"queues": rows, "marks": marks}))
+    assert s["marks_total"] == 10 + 7
+
+
 def test_link_utilization_and_ecmp(tmp_path: Path) -> None:
     rows = []
     for i in range(11):  # 1 s at 0.1 s: s1 port 50 Mbit/s, s2 port 25 Mbit/s, host port idle
