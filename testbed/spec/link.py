@@ -93,6 +93,7 @@ class Marking:
 # Links
 
 LINK_KEYS = {"rate", "buffer", "mtu", "loss", "delay", "ecn"}
+QDISC_LIMIT_MAX = 2**32 - 1  # bfifo's and pfifo's limit (struct tc_fifo_qopt) is a u32
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,11 @@ class LinkSpec:
                 "faithfully; state real-world rates scaled down (e.g. 400G as 400Mbit)",
             )
         frame = self.mtu + ETH_HEADER
+        if self.buffer.to_bytes(self.mtu) > QDISC_LIMIT_MAX:
+            raise SpecError(
+                sub(path, "buffer"),
+                f"{self.buffer} is above the {QDISC_LIMIT_MAX} bytes a qdisc's limit can hold (a 32-bit count)",
+            )
         if self.buffer.to_bytes(self.mtu) < frame:
             raise SpecError(
                 sub(path, "buffer"), f"{self.buffer} is smaller than one frame ({frame} bytes at MTU {self.mtu})"

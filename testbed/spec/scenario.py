@@ -71,8 +71,8 @@ class TelemetrySpec:
     def from_dict(cls, data: Any, path: str) -> TelemetrySpec:
         check_keys(data, TELEMETRY_KEYS, path)
         return cls(
-            number(sub(path, "queue_hz"), data.get("queue_hz", 1000.0), 0.0, 20000.0),
-            number(sub(path, "link_hz"), data.get("link_hz", 100.0), 0.0, 2000.0),
+            number(sub(path, "queue_hz"), data.get("queue_hz", 1000.0), 1.0, 20000.0),
+            number(sub(path, "link_hz"), data.get("link_hz", 100.0), 1.0, 2000.0),
             number(sub(path, "cpu_hz"), data.get("cpu_hz", 10.0), 0.0, 100.0),
             boolean(sub(path, "bpf_queues"), data.get("bpf_queues", False)),
             number(sub(path, "slot_us"), data.get("slot_us", 100.0), 10.0, 1e6),
@@ -167,6 +167,8 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
     name = data["name"]
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise SpecError("name", f"must be a short identifier (letters, digits, - _ .), got {name!r}")
+    if not isinstance(data["fabric"], dict):
+        raise SpecError("fabric", f"expected a mapping (topology, spines, leaves, ...), got {data['fabric']!r}")
     fabric_raw, scale_notes = apply_scale(data["fabric"])
     fabric = FabricSpec.from_dict(fabric_raw, "fabric")
     topo = Topology(fabric)  # refuses overrides naming links that do not exist
@@ -182,6 +184,8 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         duration = parse_duration(data.get("duration", "60s"))
     except UnitError as exc:
         raise SpecError("duration", str(exc)) from None
+    if duration <= 0:
+        raise SpecError("duration", f"must be above 0, got {data.get('duration')!r}")
     kernel = data.get("kernel", "native")
     if kernel not in ("native", "stock"):
         raise SpecError("kernel", f"must be native or stock, got {kernel!r}")
@@ -239,6 +243,10 @@ def load_scenario_file(path: str | Path) -> ScenarioFile:
         data = yaml.safe_load(p.read_text())
     except FileNotFoundError:
         raise SpecError("", f"scenario file {p} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            "", f"{p} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+        ) from None
     except OSError as exc:
         raise SpecError("", f"cannot read scenario file {p}: {exc.strerror}") from None
     except yaml.YAMLError as exc:  # one line: PyYAML's str() spans several

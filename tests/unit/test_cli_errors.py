@@ -52,6 +52,15 @@ CASES = {
     "invalid-yaml": ("name: x\nfabric: {spines: 2\n", ["not valid YAML", "line "]),
     "invalid-yaml-indent": ("name: x\nfabric:\n  spines: 2\n   leaves: 3\n", ["not valid YAML (line 4, column 10)"]),
     "not-a-mapping": ("- name\n- fabric\n", ["must hold a mapping"]),
+    # issue 16: these crashed (TypeError) or were accepted and failed after the build
+    "null-fabric": ("name: x\nfabric: null\n", ["fabric", "expected a mapping"]),
+    "zero-duration": ("name: x\n" + GOOD_FABRIC + "duration: 0\n", ["duration", "must be above 0"]),
+    "zero-queue-hz": ("name: x\n" + GOOD_FABRIC + "telemetry: {queue_hz: 0}\n", ["telemetry.queue_hz"]),
+    "zero-link-hz": ("name: x\n" + GOOD_FABRIC + "telemetry: {link_hz: 0}\n", ["telemetry.link_hz"]),
+    "huge-buffer": (
+        "name: x\nfabric:\n  host_link: {buffer: 100GB}\n",
+        ["fabric.host_link.buffer", "32-bit"],
+    ),
 }
 
 
@@ -115,6 +124,12 @@ def test_run_bad_file(case: str, bad_runs: dict[str, tuple[subprocess.CompletedP
     check_one_line(cp, CASES[case][1])
     assert cp.stdout == ""
     assert list(out.iterdir()) == []  # no run directory, no report
+
+
+def test_run_file_not_utf8(tmp_path: Path) -> None:
+    f = tmp_path / "latin1.yaml"
+    f.write_bytes(b"name: x\ndescription: caf\xe9\n" + GOOD_FABRIC.encode())
+    check_one_line(run_cli("run", str(f), "-o", str(tmp_path / "runs"), "--no-report"), ["not UTF-8", "0xe9"])
 
 
 def test_run_missing_file(tmp_path: Path) -> None:
