@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import os
 import re
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,7 +84,6 @@ class CongestionControl:
         self.sources: dict[str, str] = {}
         self.added: list[str] = []  # names this manager put into the root allowed list (close removes them)
         self._struct_ops_id: int | None = None
-        self._obj_copy: Path | None = None
 
     @property
     def struct_ops_id(self) -> int | None:
@@ -128,10 +128,14 @@ class CongestionControl:
         data = obj.read_bytes()
         if data.count(DCTCP_NAME_PLACEHOLDER) != 1:
             raise EcnError(f"{obj}: DCTCP name placeholder not found once; rebuild with `python3 -m testbed.ecn.build`")
-        copy = self.build_dir / f"dctcp-{self.prefix}.bpf.o"
-        copy.write_bytes(data.replace(DCTCP_NAME_PLACEHOLDER, name.encode().ljust(len(DCTCP_NAME_PLACEHOLDER), b"\0")))
-        self._obj_copy = copy
-        res = run([tool("bpftool"), "struct_ops", "register", str(copy)], check=False)
+        # the renamed copy lives only while bpftool registers it (the kernel keeps the registration): a per-run
+        # file beside the build would be left behind by every killed run
+        with tempfile.TemporaryDirectory(prefix=f"{self.prefix}-dctcp-") as tmp:
+            copy = Path(tmp) / "dctcp.bpf.o"
+            copy.write_bytes(
+                data.replace(DCTCP_NAME_PLACEHOLDER, name.encode().ljust(len(DCTCP_NAME_PLACEHOLDER), b"\0"))
+            )
+            res = run([tool("bpftool"), "struct_ops", "register", str(copy)], check=False)
         m = re.search(r"Registered tcp_congestion_ops \S+ id (\d+)", res.stdout + res.stderr)
         if res.returncode != 0 or not m:
             raise EcnError(
@@ -166,9 +170,6 @@ class CongestionControl:
         if self.added:
             added, self.added = self.added, []
             remove_allowed(added)
-        if self._obj_copy is not None:
-            self._obj_copy.unlink(missing_ok=True)
-            self._obj_copy = None
         self.names.clear()
         self.sources.clear()
         if sid is not None:

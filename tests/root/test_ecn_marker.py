@@ -191,6 +191,15 @@ def test_step_marking_vs_droptail(net, tmp_path, record_property):
     assert len(pkts) > 1000 and ce and not bad
 
 
+def test_dctcp_registration_leaves_no_object_copy(net, build_dir):
+    """Issue 16: build/bpf kept a dctcp-<prefix>.bpf.o per run (every killed run left one). The renamed copy now
+    lives only while bpftool registers it: none exists while the BPF DCTCP is registered."""
+    _, _, cc = net
+    assert hosts_cc(cc, "dctcp") == {"dctcp": "bpf"}
+    assert cc.kernel_name("dctcp") in en.nsx("s1", "sysctl", "-n", "net.ipv4.tcp_available_congestion_control").stdout
+    assert sorted(build_dir.glob("dctcp-*.bpf.o")) == []
+
+
 def test_dctcp_holds_queue_near_k(net):
     """Two DCTCP flows at K = 30 KB hold the 300 KB queue near K, without drops.
 
