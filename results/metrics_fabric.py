@@ -35,17 +35,17 @@ def _delta(v: np.ndarray) -> float | None:
 
 
 def _marks_total(per: dict[str, dict[str, Any]], marker: pd.DataFrame) -> float:
-    """Marks over every port: its queue rows' marks where the sampler counted them (RED's, and the eBPF marker's,
-    which the sampler reads from its map), else the marker's final counter (marks.csv). Not both: the queue rows
-    already carry the marker's counts."""
-    total = float(sum(q["marks"] or 0 for q in per.values()))
-    if marker.empty:
-        return total
-    counts = numbers(marker, "marks").fillna(0)
-    for node, dev, m in zip(marker["node"].astype(str), marker["dev"].astype(str), counts, strict=True):
-        if (per.get(f"{node}:{dev}") or {}).get("marks") is None:
+    """Marks over every port, each counted once: an eBPF marker's port by the marker's own final counter
+    (marks.csv; the sampler's queue rows carry a copy of it, refreshed at link_hz, so adding both counted it twice),
+    every other port by its queue rows (RED's marks)."""
+    counted: set[str] = set()
+    total = 0.0
+    if not marker.empty:
+        counts = numbers(marker, "marks").fillna(0)
+        for node, dev, m in zip(marker["node"].astype(str), marker["dev"].astype(str), counts, strict=True):
+            counted.add(f"{node}:{dev}")
             total += float(m)
-    return total
+    return total + float(sum(q["marks"] or 0 for key, q in per.items() if key not in counted))
 
 
 def queues(run: Run, s: Summary) -> None:

@@ -86,20 +86,21 @@ def test_queue_counters_are_cumulative(tmp_path: Path) -> None:
 
 
 def test_marks_total_counts_the_ebpf_markers_marks_once(tmp_path: Path) -> None:
-    """Issue 16: the sampler's queue rows carry the eBPF marker's counts, and marks.csv has the same counts again;
-    marks_total was their sum (twice the receivers' CE packets). A port the sampler had no marks for still counts
-    the marker's."""
+    """Issue 16: the sampler's queue rows carry a copy of the eBPF marker's counter, and marks.csv has the final
+    counter; marks_total was their sum (twice the receivers' CE packets). A marker's port now counts the marker's
+    final counter (here above the rows' copy, which ends before the run does); a RED port counts its rows."""
     rows = []
     for i in range(3):
         common = {"backlog_bytes": 0, "backlog_pkts": 0, "drops": 0, "overlimits": 0, "tx_bytes": i, "tx_pkts": i}
-        rows.append({"t": 10.0 + i * 0.1, "node": "l1", "dev": "l1-l1h1", "marks": 5 * i, "requeues": 0, **common})
+        rows.append({"t": 10.0 + i * 0.1, "node": "l1", "dev": "l1-l1h1", "marks": 4 * i, "requeues": 0, **common})
         rows.append({"t": 10.0 + i * 0.1, "node": "l2", "dev": "l2-l2h1", "marks": "", "requeues": 0, **common})
+        rows.append({"t": 10.0 + i * 0.1, "node": "s1", "dev": "s1-l1", "marks": 3 * i, "requeues": 0, **common})
     marks = [
         {"node": "l1", "dev": "l1-l1h1", "impl": "bpf", "marks": 10, "ect_seen": 100},
         {"node": "l2", "dev": "l2-l2h1", "impl": "bpf", "marks": 7, "ect_seen": 50},
     ]
     s = summarize(_run(tmp_path, {"queues": rows, "marks": marks}))
-    assert s["marks_total"] == 10 + 7
+    assert s["marks_total"] == 10 + 7 + 6
 
 
 def test_link_utilization_and_ecmp(tmp_path: Path) -> None:
