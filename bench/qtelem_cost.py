@@ -31,7 +31,6 @@ from testbed.fabric.build import Fabric
 from testbed.spec.fabric import FabricSpec
 
 BPF_ENABLE_STATS = 32
-SLOT_US = [100.0]  # --slot-us
 FRAME = 9014
 
 
@@ -59,13 +58,13 @@ def poller_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
     return {"kind": "poller", "cpu_share": health["cpu_share"], "rate_hz": health["rate_hz_min"]}
 
 
-def bpf_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
+def bpf_run(fab: Fabric, out: Path, seconds: float, slot_us: float) -> dict[str, Any]:
     from testbed import run
     from testbed.spec.scenario import TelemetrySpec
     from testbed.telemetry.qslots import start_qslots
 
     out.mkdir(parents=True, exist_ok=True)
-    h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=SLOT_US[0])), out)
+    h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us)), out)
     u0, s0 = proc_cpu(h.proc.pid)
     p0, t0 = prog_stats(), time.monotonic()
     time.sleep(seconds)
@@ -73,12 +72,12 @@ def bpf_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
     health = h.stop()
     busy = [p for p in health["ports"].values() if p["deq_pkts"]]
     per = {n: (p1[n][0] - p0.get(n, (0, 0))[0], p1[n][1] - p0.get(n, (0, 0))[1]) for n in p1}
-    k0, k1 = 0, sum(ns for ns, _ in per.values())
+    prog_s = sum(ns for ns, _ in per.values()) / 1e9
     return {
         "kind": "bpf",
-        "cpu_share": round(((u1 - u0) + (s1 - s0) + (k1 - k0) / 1e9) / wall, 4),
+        "cpu_share": round(((u1 - u0) + (s1 - s0) + prog_s) / wall, 4),
         "reader_share": round(((u1 - u0) + (s1 - s0)) / wall, 4),
-        "programs_share": round((k1 - k0) / 1e9 / wall, 4),
+        "programs_share": round(prog_s / wall, 4),
         "slot_hz": 1e6 / health["slot_us"],
         "rows_per_s": round(health["rows"] / health["duration_s"]),
         "busy_ports": len(busy),
@@ -113,14 +112,14 @@ def agreement(out: Path) -> dict[str, Any]:
     return {"poller_rows_with_backlog": n, "bracketed": ok, "share": round(ok / n, 4) if n else None}
 
 
-def both_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
+def both_run(fab: Fabric, out: Path, seconds: float, slot_us: float) -> dict[str, Any]:
     from testbed import run
     from testbed.spec.scenario import TelemetrySpec
     from testbed.telemetry import control
     from testbed.telemetry.qslots import start_qslots
 
     out.mkdir(parents=True, exist_ok=True)
-    q = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=SLOT_US[0])), out)
+    q = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us)), out)
     p = control.start_sampler(fab.procs, run._sampler_ports(fab), out, rate_hz=1000, link_hz=100, cpu_hz=10)
     time.sleep(seconds)
     p.stop()
@@ -135,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--slot-us", type=float, default=100.0, help="the kernel telemetry's slot (default 100)")
     args = ap.parse_args(argv)
-    SLOT_US[0] = args.slot_us
     results: list[dict[str, Any]] = []
     total = (2 * args.runs + 1) * (args.seconds + 3) + 10
     stats_fd = _bpf(BPF_ENABLE_STATS, _EnableStats(0))
@@ -149,11 +147,14 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)  # past slow start: queues are filling
             for i in range(args.runs):
                 for kind in ("poller", "bpf") if i % 2 == 0 else ("bpf", "poller"):
-                    fn = poller_run if kind == "poller" else bpf_run
-                    r = fn(fab, d / f"run{len(results)}", args.seconds)
+                    out = d / f"run{len(results)}"
+                    if kind == "poller":
+                        r = poller_run(fab, out, args.seconds)
+                    else:
+                        r = bpf_run(fab, out, args.seconds, args.slot_us)
                     results.append(r)
                     print(json.dumps(r), flush=True)
-            agree = both_run(fab, d / "both", args.seconds)
+            agree = both_run(fab, d / "both", args.seconds, args.slot_us)
             print(json.dumps({"agreement": agree}), flush=True)
             for p in traffic:
                 p.stop(grace=1.0)

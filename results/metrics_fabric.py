@@ -53,12 +53,11 @@ def queues(run: Run, s: Summary) -> None:
     table = run.table("queues")
     series = _named(table, ("backlog_bytes", *COUNTERS_Q))
     marker = run.table("marks")
-    marker_marks = float(numbers(marker, "marks").sum()) if not marker.empty else 0.0
     if not series:
         for m in names:
             s.na(m, f"no queue samples: {reason(table) or 'queues.csv is empty'}")
         if not marker.empty:
-            s.put("marks_total", marker_marks)
+            s.put("marks_total", _marks_total({}, marker))
         else:
             s.na("marks_total", f"no queue samples and no marker counters ({reason(marker)})")
         return

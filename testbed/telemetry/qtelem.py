@@ -159,6 +159,45 @@ def _port_key(port: QtPort) -> tuple[int, int]:
     return ino, int(ifindex)
 
 
+def _find_map(lib: ctypes.CDLL, obj: int, name: str) -> int:
+    m = lib.bpf_object__find_map_by_name(obj, name.encode())
+    if not m:
+        raise QtelemError(f"qtelem.bpf.o has no map {name!r}: rebuild it (python3 -m testbed.ecn.build)")
+    return int(m)
+
+
+def _open_loaded(obj: Path, ports: int, ring_slots: int, stash: bool) -> tuple[ctypes.CDLL, int]:
+    """libbpf and the object, opened, sized for ``ports`` and loaded into the kernel (not attached); the stash
+    programs load only with ``stash``. QtelemError says why not."""
+    if not obj.exists():
+        raise QtelemError(f"{obj} is missing: build it with `python3 -m testbed.ecn.build`")
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        raise QtelemError("no kernel BTF (/sys/kernel/btf/vmlinux): the tp_btf programs need it")
+    lib = _libbpf()
+    o = lib.bpf_object__open_file(os.fsencode(str(obj)), None)
+    if not o:
+        raise QtelemError(f"libbpf cannot open {obj}: {os.strerror(ctypes.get_errno())}")
+    try:
+        if lib.bpf_map__set_max_entries(_find_map(lib, o, "ring"), ports * ring_slots) != 0:
+            raise QtelemError("libbpf refused the ring size")
+        if lib.bpf_map__set_max_entries(_find_map(lib, o, "fifo"), ports * FIFO_N) != 0:
+            raise QtelemError("libbpf refused the enqueue-time ring size")
+        for name in STASH_PROGRAMS if not stash else ():
+            prog = lib.bpf_object__find_program_by_name(o, name.encode())
+            if prog:
+                lib.bpf_program__set_autoload(prog, False)
+        if lib.bpf_object__load(o) != 0:
+            err = ctypes.get_errno()
+            raise QtelemError(
+                f"the kernel refused qtelem.bpf.o ({os.strerror(err)}): it needs BTF, tp_btf programs and the "
+                "qdisc_enqueue, qdisc_dequeue, net_dev_queue and netif_receive_skb tracepoints"
+            )
+    except BaseException:
+        lib.bpf_object__close(o)
+        raise
+    return lib, int(o)
+
+
 class QueueTelemetry:
     """The loaded program and its maps; ``drain()`` returns the slots closed since the last call."""
 
@@ -166,48 +205,22 @@ class QueueTelemetry:
         self.ports = list(ports)
         self.slot_ns = slot_ns
         self.ring_slots = check_config(slot_ns, drain_s, len(self.ports))
-        if not obj.exists():
-            raise QtelemError(f"{obj} is missing: build it with `python3 -m testbed.ecn.build`")
-        if not Path("/sys/kernel/btf/vmlinux").exists():
-            raise QtelemError("no kernel BTF (/sys/kernel/btf/vmlinux): the tp_btf programs need it")
-        self._lib = _libbpf()
         self._links: list[int] = []
         self._maps: list[mmap.mmap] = []
-        self._obj = self._lib.bpf_object__open_file(os.fsencode(str(obj)), None)
-        if not self._obj:
-            raise QtelemError(f"libbpf cannot open {obj}: {os.strerror(ctypes.get_errno())}")
+        stash = any(p.kernel_red for p in self.ports)
+        self._lib, loaded = _open_loaded(obj, len(self.ports), self.ring_slots, stash)
+        self._obj: int | None = loaded
         try:
-            self._load_and_attach()
+            self._attach(loaded, stash)
         except BaseException:
             self.close()
             raise
         self._tail = np.zeros(len(self.ports), dtype=np.uint64)
         self.lost_slots = 0
 
-    def _map(self, name: str) -> int:
-        m = self._lib.bpf_object__find_map_by_name(self._obj, name.encode())
-        if not m:
-            raise QtelemError(f"qtelem.bpf.o has no map {name!r}: rebuild it (python3 -m testbed.ecn.build)")
-        return int(m)
-
-    def _load_and_attach(self) -> None:
+    def _attach(self, obj: int, stash: bool) -> None:
         lib = self._lib
-        if lib.bpf_map__set_max_entries(self._map("ring"), len(self.ports) * self.ring_slots) != 0:
-            raise QtelemError("libbpf refused the ring size")
-        if lib.bpf_map__set_max_entries(self._map("fifo"), len(self.ports) * FIFO_N) != 0:
-            raise QtelemError("libbpf refused the enqueue-time ring size")
-        stash = any(p.kernel_red for p in self.ports)
-        for name in STASH_PROGRAMS if not stash else ():
-            prog = lib.bpf_object__find_program_by_name(self._obj, name.encode())
-            if prog:
-                lib.bpf_program__set_autoload(prog, False)
-        if lib.bpf_object__load(self._obj) != 0:
-            err = ctypes.get_errno()
-            raise QtelemError(
-                f"the kernel refused qtelem.bpf.o ({os.strerror(err)}): it needs BTF, tp_btf programs and the "
-                "qdisc_enqueue, qdisc_dequeue, net_dev_queue and netif_receive_skb tracepoints"
-            )
-        fd = {n: lib.bpf_map__fd(self._map(n)) for n in ("cfg", "ports", "state", "ring")}
+        fd = {n: lib.bpf_map__fd(_find_map(lib, obj, n)) for n in ("cfg", "ports", "state", "ring")}
         # struct qt_cfg: slot_ns, then ring_slots and flags (two u32 in one little-endian u64)
         cfg = (ctypes.c_uint64 * 2)(self.slot_ns, self.ring_slots | (CFG_STASH if stash else 0) << 32)
         self._update(fd["cfg"], ctypes.c_uint32(0), cfg)
@@ -221,7 +234,7 @@ class QueueTelemetry:
             len(self.ports), self.ring_slots
         )
         for name in PROGRAMS + (STASH_PROGRAMS if stash else ()):
-            prog = lib.bpf_object__find_program_by_name(self._obj, name.encode())
+            prog = lib.bpf_object__find_program_by_name(obj, name.encode())
             link = lib.bpf_program__attach(prog) if prog else None
             if not link or lib.libbpf_get_error(link):
                 raise QtelemError(f"cannot attach {name}: {os.strerror(ctypes.get_errno())}")
@@ -289,28 +302,13 @@ class QueueTelemetry:
 
 
 def availability(obj: Path = OBJECT) -> str | None:
-    """None when the kernel telemetry can run here (the object loads: BTF, tp_btf and the qdisc tracepoints are
-    there), else why not: for doctor. Loads the programs without attaching them, so nothing is counted."""
-    if not obj.exists():
-        return f"{obj} is missing: build it with `python3 -m testbed.ecn.build`"
-    if not Path("/sys/kernel/btf/vmlinux").exists():
-        return "no kernel BTF (/sys/kernel/btf/vmlinux)"
+    """None when the kernel telemetry can run here (the object loads, its stash programs too: BTF, tp_btf and the
+    tracepoints are there), else why not: for doctor. Nothing is attached, so nothing is counted."""
     try:
-        lib = _libbpf()
+        lib, o = _open_loaded(obj, 1, 1024, stash=True)
     except QtelemError as exc:
         return str(exc)
-    o = lib.bpf_object__open_file(os.fsencode(str(obj)), None)
-    if not o:
-        return f"libbpf cannot open {obj}: {os.strerror(ctypes.get_errno())}"
-    try:
-        for name, n in (("ring", 1024), ("fifo", FIFO_N)):
-            m = lib.bpf_object__find_map_by_name(o, name.encode())
-            if not m or lib.bpf_map__set_max_entries(m, n) != 0:
-                return f"qtelem.bpf.o has no map {name!r}: rebuild it (python3 -m testbed.ecn.build)"
-        if lib.bpf_object__load(o) != 0:
-            return f"the kernel refused qtelem.bpf.o ({os.strerror(ctypes.get_errno())})"
-    finally:
-        lib.bpf_object__close(o)
+    lib.bpf_object__close(o)
     return None
 
 
