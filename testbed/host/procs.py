@@ -3,6 +3,8 @@
 Every process the testbed starts goes through a ``ProcessGroup``, optionally inside a named network namespace
 (``ip netns exec NAME argv...``; ``ip`` execs the command, so the pid we hold is the command's own pid). Each one
 leads a new session (``start_new_session``), so stopping it signals its whole process group, children included.
+A child starts with SIGINT and SIGQUIT at their defaults: a harness started in the background of a script inherits
+them ignored (bash ignores both for asynchronous commands), and the first, gentle stop would then do nothing.
 ``stop_all`` stops in reverse spawn order and reaps everything; no wait here is without a timeout.
 """
 
@@ -31,6 +33,12 @@ class CommandError(TestbedError, RuntimeError):
         self.stderr = stderr
         tail = stderr.strip().splitlines()[-5:]
         super().__init__(f"{' '.join(self.argv)} exited {rc}: {' | '.join(tail) or '(no stderr)'}")
+
+
+def _default_signals() -> None:
+    """In the child before exec: SIGINT and SIGQUIT at their defaults, whatever the harness inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def netns_argv(argv: Sequence[str], netns: str | None) -> list[str]:
@@ -238,6 +246,7 @@ class ProcessGroup:
                     env=full_env,
                     cwd=cwd,
                     start_new_session=True,
+                    preexec_fn=_default_signals,  # two signal() calls in the child, no locks taken
                 )
             except OSError as exc:
                 raise CommandError(full, 127, str(exc)) from None

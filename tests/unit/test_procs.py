@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,23 @@ def test_sigint_is_enough_for_well_behaved(tmp_path: Path) -> None:
     code = "import time\ntry:\n print('READY', flush=True)\n time.sleep(30)\nexcept KeyboardInterrupt:\n pass"
     pg = ProcessGroup()
     p = pg.spawn("py", [sys.executable, "-c", code], stdout=tmp_path / "o")
+    wait_until(lambda: "READY" in (tmp_path / "o").read_text(), 10, "the child to enter its try block (READY)")
+    pg.stop_all(grace=2)
+    assert p.returncode == 0
+
+
+def test_sigint_stops_a_child_of_a_harness_that_ignores_it(tmp_path: Path) -> None:
+    """A harness started with ``cmd &`` from a script inherits SIGINT ignored; its children must not.
+
+    This failed a fresh-clone CI pass started in the background: the child needed SIGTERM (-15).
+    """
+    code = "import time\ntry:\n print('READY', flush=True)\n time.sleep(30)\nexcept KeyboardInterrupt:\n pass"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        pg = ProcessGroup()
+        p = pg.spawn("py", [sys.executable, "-c", code], stdout=tmp_path / "o")
+    finally:
+        signal.signal(signal.SIGINT, before)
     wait_until(lambda: "READY" in (tmp_path / "o").read_text(), 10, "the child to enter its try block (READY)")
     pg.stop_all(grace=2)
     assert p.returncode == 0
