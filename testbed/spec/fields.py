@@ -23,6 +23,7 @@ class SpecError(TestbedError, ValueError):
     """A scenario value that cannot be built: names the key path and the reason."""
 
     def __init__(self, path: str, reason: str):
+        reason = " ".join(reason.splitlines())  # one line, whatever a quoted value held
         super().__init__(f"{path}: {reason}" if path else reason)
         self.path = path
         self.reason = reason
@@ -38,9 +39,9 @@ def check_keys(
     """A mapping with no key outside ``allowed`` and every key of ``required``."""
     if not isinstance(data, Mapping):
         raise SpecError(path, f"expected a mapping, got {type(data).__name__} {data!r}")
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(set(data) - allowed, key=str)  # YAML keys may be numbers or null: sort them as text
     if unknown:
-        raise SpecError(sub(path, unknown[0]), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise SpecError(sub(path, str(unknown[0])), f"unknown key (allowed: {', '.join(sorted(allowed))})")
     missing = sorted(required - set(data))
     if missing:
         raise SpecError(sub(path, missing[0]), "required key is missing")

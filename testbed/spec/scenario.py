@@ -162,6 +162,12 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
             raise SpecError(f"sweep.{dotted}", f"{'.'.join(keys[:i])!r} is neither a mapping nor a list")
 
 
+def _brief(value: Any, width: int = 60) -> str:
+    """A sweep value in an error message: one line, at most ``width`` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = (), repeat_index: int = 0) -> Scenario:
     check_keys(data, SCENARIO_KEYS, "", {"name", "fabric"})
     name = data["name"]
@@ -215,6 +221,8 @@ def expand(data: dict[str, Any]) -> ScenarioFile:
     base = build_scenario(data)
     axes = []
     for key, values in sweep.items():
+        if not isinstance(key, str) or not key:
+            raise SpecError("sweep", f"a sweep axis is a dotted key path (e.g. fabric.host_link.buffer), got {key!r}")
         if not isinstance(values, list) or not values:
             raise SpecError(f"sweep.{key}", "expected a non-empty list of values")
         if key.split(".")[0] not in SCENARIO_KEYS - {"sweep", "name"}:
@@ -232,7 +240,7 @@ def expand(data: dict[str, Any]) -> ScenarioFile:
             try:
                 points.append(build_scenario(point, tuple(combo), r))
             except SpecError as exc:
-                where = ", ".join(f"{k}={v}" for k, v in combo)
+                where = ", ".join(f"{k}={_brief(v)}" for k, v in combo)
                 raise SpecError(exc.path, f"{exc.reason} (in sweep point {where})") from None
     return ScenarioFile(base, tuple(points))
 

@@ -10,6 +10,7 @@ Conventions (documented in README):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -61,19 +62,27 @@ def _split(text: str, what: str) -> tuple[float, str]:
     return float(m.group(1)), m.group(2).lower()
 
 
+def _number(value: object, what: str) -> tuple[float, str]:
+    """The number and the (lower-case) unit of a YAML scalar: a finite int or float, or a string like '100Mbit'."""
+    if isinstance(value, bool):
+        raise UnitError(f"{value!r} is not a {what}")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    elif isinstance(value, str):
+        number, unit = _split(value, what)
+    else:
+        raise UnitError(f"{value!r} is not a {what}")
+    if not math.isfinite(number):
+        raise UnitError(f"{value!r} is not a finite {what}")
+    return number, unit
+
+
 _EXAMPLES = {"rate": "'100Mbit'", "size": "'300KB' or '20pkt'", "duration": "'10ms'"}
 
 
 def parse_rate(value: object) -> int:
     """Return a rate in bit/s; raise UnitError on anything that is not a positive rate."""
-    if isinstance(value, bool):
-        raise UnitError(f"{value!r} is not a rate")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
-    elif isinstance(value, str):
-        number, unit = _split(value, "rate")
-    else:
-        raise UnitError(f"{value!r} is not a rate")
+    number, unit = _number(value, "rate")
     if unit not in _RATE_UNITS:
         raise UnitError(f"unknown rate unit {unit!r} in {value!r} (use bit, kbit, Mbit, Gbit; bps synonyms)")
     bits = number * _RATE_UNITS[unit]
@@ -101,14 +110,7 @@ def parse_size(value: object, allow_zero: bool = False) -> Size:
     """Return a Size; raise UnitError on anything that is not a non-negative size."""
     if isinstance(value, Size):
         return value
-    if isinstance(value, bool):
-        raise UnitError(f"{value!r} is not a size")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
-    elif isinstance(value, str):
-        number, unit = _split(value, "size")
-    else:
-        raise UnitError(f"{value!r} is not a size")
+    number, unit = _number(value, "size")
     if unit in _PKT_UNITS:
         size = Size(int(round(number)), "packets")
     elif unit in _BYTE_UNITS:
@@ -130,14 +132,7 @@ def parse_bytes(value: object) -> int:
 
 def parse_duration(value: object) -> float:
     """Return seconds (>= 0)."""
-    if isinstance(value, bool):
-        raise UnitError(f"{value!r} is not a duration")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
-    elif isinstance(value, str):
-        number, unit = _split(value, "duration")
-    else:
-        raise UnitError(f"{value!r} is not a duration")
+    number, unit = _number(value, "duration")
     if unit not in _TIME_UNITS:
         raise UnitError(f"unknown time unit {unit!r} in {value!r} (use s, ms, us)")
     seconds = number * _TIME_UNITS[unit]
