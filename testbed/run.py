@@ -27,6 +27,7 @@ from testbed.fabric.build import Fabric, check_spec
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
 from testbed.machine import probe
+from testbed.preflight import bounds
 from testbed.preflight import budget as pf_budget
 from testbed.preflight.budget import manifest_entry
 from testbed.spec.scenario import Scenario, ScenarioFile, TelemetrySpec, load_scenario_file, resolved
@@ -281,6 +282,8 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaith
 
     for point in sf.points:  # refuse what cannot run here before the first point starts
         check_spec(point.fabric, caps)
+        bounds.check_fabric_size(point.fabric)
+        bounds.check_time(point.workload, Topology(point.fabric), point.duration_s)
         guestfit.check_fabric(point.fabric)
         if point.telemetry.bpf_queues:
             check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(Topology(point.fabric).ports()))

@@ -19,6 +19,7 @@ Scenario files give it as the ``fabric:`` section::
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -26,6 +27,11 @@ from typing import Any, Literal, cast
 
 from testbed.spec.fields import SpecError, check_keys, integer, sub
 from testbed.spec.link import LINK_KEYS, EcmpSpec, LinkSpec, TransportSpec
+
+# The most nodes (network namespaces, each with its own shell) the harness builds: a build costs about 37 ms per
+# node here (docs/bench.md), so 1,000 take about 40 s; a fat-tree of k = 16 is 1,344. The preflight
+# (testbed.preflight.bounds) also checks the memory they need on this machine.
+MAX_NODES = 1000
 
 TOPOLOGY_KEYS = {
     "topology",
@@ -76,6 +82,13 @@ class FabricSpec:
         return self.host_link.mtu
 
     @property
+    def node_count(self) -> int:
+        """Switches and hosts: one network namespace each."""
+        if self.topology == "fat-tree":
+            return 5 * self.k * self.k // 4 + self.k**3 // 4
+        return self.spines + self.leaves * (1 + self.hosts_per_leaf)
+
+    @property
     def oversubscription(self) -> Fraction:
         """Host-facing over uplink capacity of one leaf (edge switch for a fat-tree)."""
         if self.topology == "fat-tree":
@@ -117,6 +130,11 @@ class FabricSpec:
             if k % 2:
                 raise SpecError(sub(path, "k"), f"a k-ary fat-tree needs an even k, got {k}")
             spec = replace(spec, k=k)
+        if spec.node_count > MAX_NODES:
+            shape = f"k = {spec.k}" if topo == "fat-tree" else f"{spec.spines} x {spec.leaves} x {spec.hosts_per_leaf}"
+            raise SpecError(
+                path, f"{shape} is {spec.node_count} nodes (one namespace each); the harness builds at most {MAX_NODES}"
+            )
 
         host = LinkSpec.from_dict(data.get("host_link", {}), sub(path, "host_link"))
         fab_raw = data.get("fabric_link", {}) or {}
@@ -169,6 +187,8 @@ def parse_ratio(value: Any, path: str) -> Fraction:
     if isinstance(value, bool):
         raise SpecError(path, f"{value!r} is not a ratio")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise SpecError(path, f"{value!r} is not a ratio")
         ratio = Fraction(value).limit_denominator(1000)
     elif isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*:\s*\d+(\.\d+)?\s*", value):
         a, b = (Fraction(x.strip()).limit_denominator(1000) for x in value.split(":"))

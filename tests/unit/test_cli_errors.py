@@ -57,6 +57,16 @@ CASES = {
     "zero-duration": ("name: x\n" + GOOD_FABRIC + "duration: 0\n", ["duration", "must be above 0"]),
     "zero-queue-hz": ("name: x\n" + GOOD_FABRIC + "telemetry: {queue_hz: 0}\n", ["telemetry.queue_hz"]),
     "zero-link-hz": ("name: x\n" + GOOD_FABRIC + "telemetry: {link_hz: 0}\n", ["telemetry.link_hz"]),
+    "huge-size": (
+        "name: x\n" + GOOD_FABRIC + "workload: [{kind: allreduce, name: ar, size: 1e18}]\n",
+        ["workload[0].size", "above the job's timeout"],
+    ),
+    "job-longer-than-run": (
+        "name: x\n"
+        + GOOD_FABRIC
+        + "duration: 10s\nworkload: [{kind: iperf, name: f, src: l1h1, dst: l2h1, duration: 30}]\n",
+        ["workload[0].duration", "above the scenario's duration of 10 s"],
+    ),
     "huge-buffer": (
         "name: x\nfabric:\n  host_link: {buffer: 100GB}\n",
         ["fabric.host_link.buffer", "32-bit"],

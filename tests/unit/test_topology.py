@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from testbed.spec.fabric import FabricSpec
+from testbed.spec.fields import SpecError
 from testbed.spec.topology import Topology
 
 
@@ -127,9 +128,11 @@ def test_fat_tree_sizes(k: int) -> None:
 
 
 def test_largest_accepted_topologies_fit_interface_names() -> None:
-    # the largest spine-leaf (64 spines, 254 leaves, 254 hosts per leaf) and fat-tree (k=16) the spec accepts
-    big = spine_leaf(spines=64, leaves=254, hosts_per_leaf=254)
-    for t in (big, fat_tree(16)):
+    # each dimension at its largest within the 1,000-node ceiling: 64 spines x 254 leaves (x 2 hosts), 254 hosts on
+    # each of 3 leaves, and the fat-tree of k = 12
+    wide = spine_leaf(spines=64, leaves=254, hosts_per_leaf=2)
+    deep = spine_leaf(spines=1, leaves=3, hosts_per_leaf=254)
+    for t in (wide, deep, fat_tree(12)):
         names = [p.dev for p in t.ports()]
         longest = max(names, key=len)
         assert len(longest) <= 15, longest
@@ -138,10 +141,17 @@ def test_largest_accepted_topologies_fit_interface_names() -> None:
         ips = [h.ip for h in t.hosts.values()]
         assert len(ips) == len(set(ips))
         assert all(ip.startswith("10.") for ip in ips)
-    assert big.hosts["l254h254"].ip == "10.254.254.2"
-    assert len(big.links) == 254 * 254 + 64 * 254
-    assert "l254-l254h254" in {lk.a_dev for lk in big.links}
-    assert max(len(lk.a_dev) for lk in big.links) == 13
+    assert wide.hosts["l254h2"].ip == "10.254.2.2" and deep.hosts["l3h254"].ip == "10.3.254.2"
+    assert len(wide.links) == 254 * 2 + 64 * 254
+    devs = {d for t in (wide, deep) for lk in t.links for d in (lk.a_dev, lk.b_dev)}
+    assert {"l254-s64", "s64-l254", "l3-l3h254", "l3h254-l3"} <= devs
+
+
+def test_fabric_above_the_node_ceiling_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"64 x 254 x 254 is 64834 nodes"):
+        spine_leaf(spines=64, leaves=254, hosts_per_leaf=254)
+    with pytest.raises(SpecError, match=r"k = 16 is 1344 nodes"):
+        fat_tree(16)
 
 
 def test_describe() -> None:
