@@ -2,9 +2,12 @@
 
 A live run holds an exclusive ``flock`` on ``/run/testbed/lock`` (a second run is refused, or waits when asked
 to) and keeps ``/run/testbed/<prefix>.json`` up to date with everything it created: named namespaces, process
-ids, root-namespace sysctls it changed (with their original values), BPF pins and struct_ops ids.
-``clean()`` undoes what those files name for runs that are no longer alive, and deletes namespaces named with a
-dead run's prefix (``tb<4 hex>-...``). It never matches anything else.
+ids, root-namespace sysctls it changed (with their original values), BPF pins and struct_ops maps. A global change
+is written down before it is made (a sysctl's words, a struct_ops by the name it registers, a pin's path), so a
+run killed between the two is cleaned too; what can only be named afterwards (a process id) is written at once,
+and a namespace also carries the run's prefix. ``clean()`` undoes what those files name for runs that are no
+longer alive, and deletes namespaces named with a dead run's prefix (``tb<4 hex>-...``). It never matches anything
+else.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.host.staging import PREFIX, STAGE_ROOT
+from testbed.host import structops
+from testbed.host.staging import PREFIX, STAGE_ROOT, recover
 
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 PREFIX_RE = re.compile(r"^tb[0-9a-f]{4}$")
@@ -45,7 +49,8 @@ class RunState:
     # root-namespace sysctls: {"key", "original"} to restore, or {"key", "remove_words"} for a list it extended
     sysctls: list[dict[str, str]] = field(default_factory=list)
     bpf_pins: list[str] = field(default_factory=list)
-    struct_ops: list[str] = field(default_factory=list)  # "id N" of struct_ops maps to unregister
+    # struct_ops maps to unregister: "cc NAME" (written before registering: found by name) or "id N"
+    struct_ops: list[str] = field(default_factory=list)
 
     @property
     def path(self) -> Path:
@@ -168,9 +173,12 @@ def undo(state: RunState, log: list[str]) -> None:
             delete_netns(ns)
             log.append(f"deleted netns {ns}")
     for so in reversed(state.struct_ops):
-        cp = subprocess.run(["bpftool", "struct_ops", "unregister", *so.split()], capture_output=True, text=True)
-        if cp.returncode == 0:
-            log.append(f"unregistered struct_ops {so}")
+        kind, _, what = so.partition(" ")
+        ids = structops.registered().get(what, []) if kind == "cc" else [int(what)]
+        for sid in ids:
+            cp = subprocess.run(["bpftool", "struct_ops", "unregister", "id", str(sid)], capture_output=True, text=True)
+            if cp.returncode == 0:
+                log.append(f"unregistered struct_ops id {sid} ({so})")
     for pin in reversed(state.bpf_pins):
         p = Path(pin)
         if p.exists():
@@ -224,13 +232,13 @@ def clean(quiet: bool = False) -> list[str]:
 
 
 def clean_stages(root: Path | None = None) -> list[str]:
-    """Remove the sampler stages (``staging``) whose owner, the pid in the name, is gone."""
+    """Recover the sampler stages (``staging``) whose owner, the pid in the name, is gone: their rows go into the
+    run directory the stage names (``staging.recover``), so a killed run keeps what it sampled."""
     log = []
     for d in sorted((root or STAGE_ROOT).glob(f"{PREFIX}*-*")):
         pid = d.name[len(PREFIX) :].split("-", 1)[0]
         if d.is_dir() and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
-            log.append(f"removed sampler stage {d} (its run, pid {pid}, is gone)")
+            log.append(f"{recover(d)} (its run, pid {pid}, is gone)")
     return log
 
 

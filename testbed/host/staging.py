@@ -10,13 +10,19 @@ every file into the run directory once the sampler has exited (whatever its exit
 rows still reach the record). It writes directly when the run directory is tmpfs already, or when /dev/shm is
 missing, not tmpfs, or has less than ``MIN_FREE`` free. A native run's telemetry is 12-27 MB (measured: 16 elephants
 for 14 s at 500 Hz), the guest's a few MB.
+
+A stage names its run directory (``OWNER``), so the rows of a run killed before its commit are not lost: ``recover``
+(called by ``testbed clean`` and at the next run's start, once the stage's run is gone) moves them into that
+directory and notes it in the record's manifest (``recovered``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +30,7 @@ NETWORK_FS = ("9p", "virtiofs", "nfs", "nfs4", "cifs", "smb3")
 STAGE_ROOT = Path("/dev/shm")
 PREFIX = "tbstage-"
 MIN_FREE = 512 << 20  # bytes free on the stage's filesystem, or the sampler writes directly
+OWNER = ".owner"  # in a stage: the path of the run directory its files belong in
 
 
 def _unescape(field: str) -> str:
@@ -80,6 +87,7 @@ class Stage:
         if shutil.disk_usage(root).free < MIN_FREE:
             return None
         d = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root))
+        (d / OWNER).write_text(str(Path(out).resolve()))
         why = "sync writes wait on the far end" if is_network_fs(fstype) else "writes can block under writeback"
         return cls(d, Path(out), f"run directory on {fstype}: {why}")
 
@@ -91,13 +99,63 @@ class Stage:
 
         Returns the names it could not move because ``out`` already had them (those stay staged, and the stage
         with them, so nothing is lost)."""
-        clashes = []
-        for f in sorted(self.dir.iterdir()):
-            dest = self.out / f.name
-            if dest.exists():
-                clashes.append(f.name)
-                continue
-            shutil.move(str(f), str(dest))
-        if not clashes:
-            self.dir.rmdir()
+        _, clashes = _move_into(self.dir, self.out)
         return clashes
+
+
+def _move_into(stage: Path, out: Path) -> tuple[list[str], list[str]]:
+    """Move the stage's files into ``out`` (never over an existing one); remove the stage when all moved.
+    Returns (moved, clashes)."""
+    moved, clashes = [], []
+    for f in sorted(stage.iterdir()):
+        if f.name == OWNER:
+            continue
+        dest = out / f.name
+        if dest.exists():
+            clashes.append(f.name)
+            continue
+        shutil.move(str(f), str(dest))
+        moved.append(f.name)
+    if not clashes:
+        (stage / OWNER).unlink(missing_ok=True)
+        stage.rmdir()
+    return moved, clashes
+
+
+def owner(stage: Path) -> Path | None:
+    """The run directory a stage's files belong in, or None (a stage made before stages named it)."""
+    try:
+        return Path((stage / OWNER).read_text().strip())
+    except OSError:
+        return None
+
+
+def recover(stage: Path) -> str:
+    """Move a dead run's stage into its run directory and note it in that record's manifest (``recovered``:
+    the stage, the files, when). A stage with no run directory to go to is removed. Returns what was done."""
+    out = owner(stage)
+    if out is None or not out.is_dir():
+        shutil.rmtree(stage, ignore_errors=True)
+        return f"removed sampler stage {stage} (no run directory to recover it into: {out})"
+    moved, clashes = _move_into(stage, out)
+    _note_recovered(out, {"stage": str(stage), "files": moved, "at": time.time()})
+    kept = f"; kept in the stage, as the record already has them: {', '.join(clashes)}" if clashes else ""
+    return f"recovered {', '.join(moved) or 'no files'} from sampler stage {stage} into {out}{kept}"
+
+
+def _note_recovered(out: Path, entry: dict[str, object]) -> None:
+    """Add ``entry`` to the manifest's ``recovered`` list (written atomically, as RunRecord writes it)."""
+    path = out / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # no readable manifest: the files are in the directory, which is what matters
+    if not isinstance(manifest, dict):
+        return
+    manifest.setdefault("recovered", []).append(entry)
+    tmp = path.with_name(path.name + ".recover")
+    with open(tmp, "w") as fh:
+        json.dump(manifest, fh, indent=2, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -144,4 +144,41 @@ def test_clean_removes_only_stages_of_dead_owners(tmp_path):
         d.mkdir()
     log = ownership.clean_stages(tmp_path)
     assert mine.exists() and other.exists() and not gone.exists()
-    assert log == [f"removed sampler stage {gone} (its run, pid {dead.pid}, is gone)"]
+    assert log == [
+        f"removed sampler stage {gone} (no run directory to recover it into: None) (its run, pid {dead.pid}, is gone)"
+    ]
+
+
+def test_clean_recovers_a_killed_runs_stage_into_its_record(tmp_path):
+    """Issue 16: `testbed clean` deleted a killed run's stage, and with it every queue, link and CPU row."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run = tmp_path / "runs" / "20261204T000000Z-x"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"status": "running", "pid": dead.pid}))
+    (run / "links.csv").write_text("written by the record itself")
+    root = tmp_path / "shm"
+    root.mkdir()
+    stage = root / f"tbstage-{dead.pid}-q1"
+    stage.mkdir()
+    (stage / staging.OWNER).write_text(str(run))
+    (stage / "queues.csv").write_text("t,backlog_bytes\n1.0,9014\n")
+    (stage / "links.csv").write_text("staged")
+    (log,) = ownership.clean_stages(root)
+    assert log.startswith(f"recovered queues.csv from sampler stage {stage} into {run}; kept in the stage")
+    assert (run / "queues.csv").read_text() == "t,backlog_bytes\n1.0,9014\n"
+    assert (run / "links.csv").read_text() == "written by the record itself"  # never overwritten
+    assert (stage / "links.csv").read_text() == "staged"  # and the staged copy is kept, not lost
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "running" and manifest["recovered"][0]["files"] == ["queues.csv"]
+    assert manifest["recovered"][0]["stage"] == str(stage)
+
+
+def test_a_stage_names_its_run_directory(tmp_path):
+    st = staging.Stage.for_out(Path("/srv/disk/r1"), _mounts(tmp_path), root=tmp_path)
+    assert st is not None and staging.owner(st.dir) == Path("/srv/disk/r1")
+    out = tmp_path / "out"
+    out.mkdir()
+    st = staging.Stage(st.dir, out, "test")
+    (st.dir / "queues.csv").write_text("rows")
+    assert st.commit() == [] and not st.dir.exists() and sorted(p.name for p in out.iterdir()) == ["queues.csv"]
