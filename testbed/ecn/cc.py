@@ -15,8 +15,9 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from testbed.ecn.build import DCTCP_NAME_PLACEHOLDER
 from testbed.ecn.errors import EcnError
@@ -77,8 +78,11 @@ def struct_ops_ids() -> dict[int, str]:
 class CongestionControl:
     """Per-run congestion-control manager; ``close`` is idempotent."""
 
-    def __init__(self, prefix: str, build_dir: Path):
+    def __init__(self, prefix: str, build_dir: Path, intent: Callable[[str, Any], None] | None = None):
+        """``intent(kind, value)`` is told each global change before it is made (the run's state file: a run killed
+        between the two is still cleaned): ("sysctls", {"key", "remove_words"}) and ("struct_ops", "cc NAME")."""
         self.prefix = prefix
+        self._intent = intent or (lambda kind, value: None)
         self.build_dir = Path(build_dir)
         self.names: dict[str, str] = {}  # algorithm -> kernel name to use (sysctl, TCP_CONGESTION, iperf3 -C)
         self.sources: dict[str, str] = {}
@@ -135,6 +139,7 @@ class CongestionControl:
             copy.write_bytes(
                 data.replace(DCTCP_NAME_PLACEHOLDER, name.encode().ljust(len(DCTCP_NAME_PLACEHOLDER), b"\0"))
             )
+            self._intent("struct_ops", f"cc {name}")
             res = run([tool("bpftool"), "struct_ops", "register", str(copy)], check=False)
         m = re.search(r"Registered tcp_congestion_ops \S+ id (\d+)", res.stdout + res.stderr)
         if res.returncode != 0 or not m:
@@ -152,6 +157,7 @@ class CongestionControl:
             current = sysctl_read(ALLOWED).split()
             missing = [n for n in names if n not in current]
             if missing:
+                self._intent("sysctls", {"key": ALLOWED, "remove_words": " ".join(missing)})
                 sysctl_write(ALLOWED, " ".join(current + missing))
                 self.added += missing
 

@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # testbed.ecn is imported where it is used: its import failin
 
 log = logging.getLogger(__name__)
 
-ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"
 HOST_SYSCTLS = {
     "net.ipv4.tcp_no_metrics_save": "1",  # no cached ssthresh/cwnd carried from one iteration's flow to the next
     "net.ipv6.conf.all.disable_ipv6": "1",
@@ -264,14 +263,11 @@ class Fabric:
         from testbed.ecn.build import DEFAULT_OUT
 
         assert self.state is not None
-        cc = self._cc = ecn.CongestionControl(self.prefix, DEFAULT_OUT)
+        # the state file hears of each global change before it is made: `testbed clean` after a crash takes out
+        # what this run added (its words in the allowed list, its struct_ops DCTCP by name), nothing else
+        cc = self._cc = ecn.CongestionControl(self.prefix, DEFAULT_OUT, intent=self.state.add)
         wanted = {self.spec.transport.cc, *self.extra_cc}
         self.marking["cc"] = cc.prepare(wanted)
-        if cc.added:  # for `testbed clean` after a crash: take out what this run added, nothing else
-            self.state.add("sysctls", {"key": ALLOWED_CC, "remove_words": " ".join(cc.added)})
-        sid = cc.struct_ops_id
-        if sid is not None:
-            self.state.add("struct_ops", f"id {sid}")
 
     def cc_name(self, cc: str) -> str:
         """The kernel's name for ``cc`` in this run (the BPF DCTCP registers under a per-run name)."""
