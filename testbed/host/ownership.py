@@ -154,11 +154,26 @@ def _kill(pid: int) -> None:
             pass
 
 
-def delete_netns(name: str) -> None:
-    """Kill every process inside the named namespace, then delete it (its interfaces go with it)."""
+def _netns_pids(name: str) -> list[int]:
     out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
-    for pid in out.split():
-        _kill(int(pid))
+    return [int(pid) for pid in out.split()]
+
+
+def delete_netns(name: str, wait_s: float = 5.0) -> None:
+    """Kill every process inside the named namespace, abort its TCP sockets, then delete it (its interfaces go
+    with it).
+
+    A killed sender's socket lives on as an orphan that retries its unsent data for minutes after the namespace is
+    deleted, and holds what it uses meanwhile (a run's BPF struct_ops DCTCP stays, unfreeable). ``ss -K``
+    (SOCK_DESTROY) aborts those sockets while the namespace can still be named; a kernel built without
+    CONFIG_INET_DIAG_DESTROY refuses it, and its orphans go when their retries run out.
+    """
+    for pid in _netns_pids(name):
+        _kill(pid)
+    deadline = time.monotonic() + wait_s
+    while _netns_pids(name) and time.monotonic() < deadline:  # a killed process closes its sockets as it exits
+        time.sleep(0.01)
+    subprocess.run(["ss", "-N", name, "-K", "-t", "-a"], capture_output=True)
     subprocess.run(["ip", "netns", "delete", name], capture_output=True)
 
 

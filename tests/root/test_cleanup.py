@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.host.ownership import BusyError, RunLock, list_netns
+from testbed.host.ownership import BusyError, RunLock, delete_netns, list_netns
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
@@ -82,6 +82,77 @@ def test_sigkilled_run_is_cleaned_by_prefix_and_state():
 def test_second_run_at_once_is_refused_with_a_reason():
     with RunLock(wait=60), pytest.raises(BusyError, match="another testbed run is active"), RunLock(wait=0):
         pass
+
+
+LISTENER = """
+import socket, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.bind(("10.99.0.2", 5001)); s.listen()
+c, _ = s.accept()
+time.sleep(300)  # never reads: the sender's window closes with data unsent
+"""
+SENDER = """
+import socket
+s = socket.create_connection(("10.99.0.2", 5001))
+while True:
+    s.sendall(b"x" * 65536)
+"""
+
+
+def _orphans() -> int:
+    """Orphaned TCP sockets on the machine (their count is global, whatever namespace they are in)."""
+    for line in Path("/proc/net/sockstat").read_text().splitlines():
+        if line.startswith("TCP:"):
+            fields = line.split()
+            return int(fields[fields.index("orphan") + 1])
+    raise AssertionError("no TCP line in /proc/net/sockstat")
+
+
+def _send_q(ns: str) -> int:
+    out = subprocess.run(["ss", "-N", ns, "-tnH", "state", "established"], capture_output=True, text=True).stdout
+    return sum(int(line.split()[1]) for line in out.splitlines() if line.strip())
+
+
+def test_deleting_a_namespace_aborts_its_orphaned_sockets() -> None:
+    """A killed sender with unsent data leaves an orphaned socket that retried for ~90 s after its namespace was
+    gone (and held a run's struct_ops DCTCP that long: tests/root/test_chaos.py); delete_netns aborts it."""
+    with RunLock(wait=300) as state:
+        snd, rcv = f"{state.prefix}-snd", f"{state.prefix}-rcv"
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for ns in (snd, rcv):
+                state.add("namespaces", ns)
+                subprocess.run(["ip", "netns", "add", ns], check=True)
+                subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+            subprocess.run(
+                ["ip", "-n", snd, "link", "add", "v0", "type", "veth", "peer", "v1", "netns", rcv], check=True
+            )
+            for ns, dev, addr in ((snd, "v0", "10.99.0.1/24"), (rcv, "v1", "10.99.0.2/24")):
+                subprocess.run(["ip", "-n", ns, "addr", "add", addr, "dev", dev], check=True)
+                subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+            procs.append(subprocess.Popen(["ip", "netns", "exec", rcv, sys.executable, "-c", LISTENER]))
+            wait_until(
+                lambda: "5001" in subprocess.run(["ss", "-N", rcv, "-ltnH"], capture_output=True, text=True).stdout,
+                10,
+                "the listener",
+            )
+            procs.append(subprocess.Popen(["ip", "netns", "exec", snd, sys.executable, "-c", SENDER]))
+            wait_until(lambda: _send_q(snd) > 0, 10, "the sender's window to close with data unsent")
+            before = _orphans()
+            delete_netns(snd)
+            wait_until(
+                lambda: _orphans() <= before,
+                5,
+                "no orphaned socket of the deleted namespace",
+                describe=lambda: f"{_orphans()} orphans, {before} before",
+            )
+        finally:
+            for ns in (snd, rcv):
+                if ns in list_netns():
+                    delete_netns(ns)
+            for p in procs:
+                p.wait(10)
 
 
 KILLED = """\
