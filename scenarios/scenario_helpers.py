@@ -69,6 +69,18 @@ def tcp_flows(point: Any) -> int:
     return sum(int(j.get("parallel") or 1) for j in jobs if j["kind"] == "iperf" and j.get("proto", "tcp") == "tcp")
 
 
+def marks_received_gap(point: Any) -> tuple[float, float, float]:
+    """(marks_total, the receivers' CE packets (IpExt.InCEPkts), drops at the marking ports).
+
+    The eBPF marker counts a mark before the packet is enqueued, so a packet marked and then dropped by the full
+    queue counts as a mark no receiver sees: marks_total - InCEPkts lies between 0 and the marking ports' drops.
+    """
+    marking = {f"{r['node']}:{r['dev']}" for r in point.table("marks") if float(r["marks"] or 0) > 0}
+    queues = point.summary.get("queues") or {}
+    drops = sum(float(queues[k].get("drops") or 0) for k in marking if k in queues)
+    return float(point["marks_total"]), float(point["ce_received_pkts_total"]), drops
+
+
 def port_rows(rows: Any, port: str) -> list[dict[str, Any]]:
     """The rows of one port (``node:dev``) of a queues/links table (a DataFrame or row dicts), in time order."""
     node, dev = port.split(":", 1)

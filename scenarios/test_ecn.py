@@ -25,7 +25,14 @@ of DCTCP) to show that the assertions fail then.
 from __future__ import annotations
 
 import pytest
-from scenario_helpers import REVERSED, backlog_percentiles, drop_tail, host_k_bytes, payload_bps
+from scenario_helpers import (
+    REVERSED,
+    backlog_percentiles,
+    drop_tail,
+    host_k_bytes,
+    marks_received_gap,
+    payload_bps,
+)
 
 from results.stats import percentiles
 
@@ -80,6 +87,12 @@ def judge_ecn(exp):
             f"queue {PORT} p50 {q[0] / 1e3:.0f} KB p99 {q[1] / 1e3:.0f} KB"
         )
     exp.expect(on["marks_total"] > 0, f"no CE marks with K={k} (marks {on['marks_total']})")
+    marks, ce_in, marked_drops = marks_received_gap(on)
+    exp.expect(
+        0 <= marks - ce_in <= marked_drops,
+        f"marks_total {marks:.0f} against the receivers' {ce_in:.0f} CE packets (IpExt.InCEPkts): the gap is not "
+        f"within the marking ports' {marked_drops:.0f} drops",
+    )
     exp.expect(
         q_on[1] < 0.8 * q_off[1],
         f"queue p99 at {PORT} with ECN {q_on[1] / 1e3:.0f} KB not below 0.8 x drop-tail's {q_off[1] / 1e3:.0f} KB",

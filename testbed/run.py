@@ -23,6 +23,7 @@ from results.cli import report_main
 from results.metrics import finish_run
 from results.progress import Progress
 from results.record import RunRecord, load_run
+from testbed.errors import TestbedError
 from testbed.fabric.build import Fabric, check_spec
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
@@ -30,6 +31,7 @@ from testbed.machine import probe
 from testbed.preflight import bounds
 from testbed.preflight import budget as pf_budget
 from testbed.preflight.budget import manifest_entry
+from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario, ScenarioFile, TelemetrySpec, load_scenario_file, resolved
 from testbed.spec.topology import Topology
 from testbed.telemetry import PortRef, start_sampler
@@ -270,6 +272,24 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             w.write(row)
 
 
+def preflight(point: Scenario, caps: Capabilities) -> None:
+    """Refuse a point this machine cannot run, before anything is built: a SpecError (exit 2) whatever the reason
+    (a missing capability, a guest it does not fit, too many nodes, too long a job, too little CPU)."""
+    try:
+        check_spec(point.fabric, caps)
+        guestfit.check_fabric(point.fabric)
+        bounds.check_fabric_size(point.fabric)
+        bounds.check_time(point.workload, Topology(point.fabric), point.duration_s)
+        if point.telemetry.bpf_queues:
+            check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(Topology(point.fabric).ports()))
+        pf_budget.require_budget(point, caps)
+    except SpecError:
+        raise
+    except TestbedError as exc:
+        where = ", ".join(f"{k}={v}" for k, v in point.variant)
+        raise SpecError(f"sweep point {where}" if where else "", str(exc)) from exc
+
+
 def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaithful: int = 0) -> list[RunResult]:
     """Run every point; one result per point.
 
@@ -281,13 +301,7 @@ def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaith
     caps = probe()
 
     for point in sf.points:  # refuse what cannot run here before the first point starts
-        check_spec(point.fabric, caps)
-        bounds.check_fabric_size(point.fabric)
-        bounds.check_time(point.workload, Topology(point.fabric), point.duration_s)
-        guestfit.check_fabric(point.fabric)
-        if point.telemetry.bpf_queues:
-            check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(Topology(point.fabric).ports()))
-        pf_budget.require_budget(point, caps)
+        preflight(point, caps)
     progress = Progress(len(sf.points))
     progress.plan([p.duration_s + 5 for p in sf.points])
     results = []
