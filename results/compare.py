@@ -218,7 +218,10 @@ def _fidelity(runs: list[Run]) -> str:
     if all(o is None for o in oks):
         return "unknown (no fidelity record)"
     bad = sum(1 for o in oks if o is False)
-    return "ok" if bad == 0 and None not in oks else f"NOT FAITHFUL ({bad}/{len(runs)})" if bad else "partly unknown"
+    if bad == 0 and None not in oks:
+        warned = sum(1 for r in runs if (r.manifest.get("fidelity") or {}).get("warnings"))
+        return f"ok ({warned}/{len(runs)} with a warning)" if warned else "ok"
+    return f"NOT FAITHFUL ({bad}/{len(runs)})" if bad else "partly unknown"
 
 
 def compare(runs: Sequence[Run], summaries: dict[str, dict[str, Any]] | None = None) -> Comparison:

@@ -199,6 +199,9 @@ def test_a_run_with_bpf_queues_records_its_slots(tmp_path: Path) -> None:
     assert polled > 10e6  # 3 s at 50 Mbit/s is 18.75 MB
     assert abs(float(port["deq_bytes"].sum()) - polled) <= 0.02 * polled
     assert health["ports"]["l1h1:l1h1-l1"]["gap_n"] > 100
+    # the direct fidelity check judged the run: packets left the busy ports on time at 50 Mbit/s
+    gap = next(c for c in manifest["fidelity"]["checks"] if c["name"] == "dequeue_gap")
+    assert gap["ok"] is True, gap["reason"]
     # the reader is budgeted under its own role (its CPU in a 3 s window can round to 0 clock ticks)
     roles = {p["name"]: p["role"] for p in manifest["cpu_budget"]["processes"]}
     assert roles.get("telemetry-qslots") == "qtelem" and "qtelem" in manifest["cpu_budget"]["harness_by_role"]

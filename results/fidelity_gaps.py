@@ -1,0 +1,110 @@
+"""The direct fidelity check (Mininet-HiFi's: Handigol et al., CoNEXT 2012): did packets leave on time?
+
+At a busy port every dequeue should follow the one before by the ideal transmission time of the packet that left
+first (len x 8 / rate). The kernel queue telemetry (``telemetry.bpf_queues``, testbed/ecn/bpf/qtelem.bpf.c) counts,
+per port, the deviation of each such gap in log2-microsecond buckets, early and late apart, over the run (manifest
+``qtelem_health``: ``gap_n``, ``gap_hist``). Early dequeues are HTB's bucket letting a frame out at once; a late
+one is a frame the emulator sent later than the link would have: the machine, not the link, set the pace.
+
+``check_dequeue_gaps`` judges the share of gaps late by at least one frame time at each port with enough gaps.
+The buckets are powers of two, so "one frame time" is the bucket edge at or below it (``late_edge``): the share
+counted is that of gaps late by at least that edge, never less than the share late by a whole frame.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from results.checks import Thresholds, check
+
+ETH_HEADER = 14
+HALF = 16  # gap_hist: HALF early buckets, then HALF late ones; bucket b holds deviations in [2^(b-1), 2^b) us
+
+
+def late_edge(frame_us: float) -> tuple[int, float]:
+    """(first late bucket counted, its lower edge in us): the largest power-of-two edge at or below ``frame_us``."""
+    b = max(1, min(HALF - 1, int(math.floor(math.log2(max(frame_us, 1.0)))) + 1))
+    return b, float(2 ** (b - 1))
+
+
+def upper_edge_us(b: int) -> float:
+    """Bucket ``b``'s upper edge (the last bucket is open: infinity)."""
+    return math.inf if b >= HALF - 1 else float(2**b)
+
+
+def quantile_edge(hist: list[int], q: float) -> float:
+    """The upper edge of the bucket that holds quantile ``q`` of ``hist`` (a bound on that quantile, in us)."""
+    n = sum(hist)
+    if n == 0:
+        return 0.0
+    seen = 0
+    for b, c in enumerate(hist):
+        seen += c
+        if seen >= q * n:
+            return upper_edge_us(b)
+    return math.inf
+
+
+def port_gaps(stats: Mapping[str, Any], rate_bps: float, mtu: int) -> dict[str, Any] | None:
+    """One port's spread of dequeue deviations, None when the telemetry counted no gap there."""
+    hist = [int(x) for x in stats.get("gap_hist") or []]
+    n = int(stats.get("gap_n") or 0)
+    if n == 0 or len(hist) != 2 * HALF or rate_bps <= 0:
+        return None
+    early, late = hist[:HALF], hist[HALF:]
+    frame_us = (mtu + ETH_HEADER) * 8 / rate_bps * 1e6
+    first, edge = late_edge(frame_us)
+    late_n = sum(late[first:])
+    return {
+        "gaps": n,
+        "frame_us": round(frame_us, 1),
+        "late_edge_us": edge,
+        "late_share": late_n / n,
+        "early_share": sum(early) / n,
+        "late_p50_us_at_most": quantile_edge(late, 0.5),
+        "late_p99_us_at_most": quantile_edge(late, 0.99),
+        "mean_abs_us": stats.get("gap_mean_abs_us"),
+    }
+
+
+def check_dequeue_gaps(
+    qtelem_health: Mapping[str, Any] | None, ports: list[Mapping[str, Any]], th: Thresholds = Thresholds()
+) -> dict[str, Any]:
+    """``dequeue_gap``: at every port with at least ``th.gap_min_n`` gaps, the share late by a frame time (or the
+    bucket edge below it) at most ``th.gap_late_share_max``. None (not judged) without the kernel telemetry."""
+    name = "dequeue_gap"
+    if not qtelem_health or not qtelem_health.get("ports"):
+        return check(name, None, None, th.gap_late_share_max, "no kernel queue telemetry (telemetry.bpf_queues)")
+    by_name = {f"{p['node']}:{p['dev']}": p for p in ports}
+    per: dict[str, dict[str, Any]] = {}
+    for key, stats in (qtelem_health.get("ports") or {}).items():
+        port = by_name.get(key)
+        if port is None:
+            continue
+        spread = port_gaps(stats, float(port.get("rate_bps") or 0), int(port.get("mtu") or 1500))
+        if spread is not None:
+            per[key] = spread
+    judged = {k: v for k, v in per.items() if v["gaps"] >= th.gap_min_n}
+    if not judged:
+        most = max((v["gaps"] for v in per.values()), default=0)
+        return check(
+            name,
+            None,
+            None,
+            th.gap_late_share_max,
+            f"no port stayed busy for {th.gap_min_n} dequeues (most {most})",
+            per,
+        )
+    worst = max(judged, key=lambda k: judged[k]["late_share"])
+    w = judged[worst]
+    ok = w["late_share"] <= th.gap_late_share_max
+    reason = (
+        f"{len(judged)} busy ports, {sum(v['gaps'] for v in judged.values())} gaps; worst {worst}: "
+        f"{w['late_share']:.2%} of {w['gaps']} gaps late by >= {w['late_edge_us']:.0f} us (frame {w['frame_us']:.0f} us; "
+        f"limit {th.gap_late_share_max:.0%})"
+    )
+    if not ok:
+        reason += ": packets left later than the link would have sent them"
+    return check(name, ok, w["late_share"], th.gap_late_share_max, reason, per)
