@@ -141,7 +141,10 @@ def test_labels_leave_out_keys_that_move_in_lockstep_and_unset_values():
 
 def test_a_faithful_run_with_a_warning_says_so(runs) -> None:  # type: ignore[no-untyped-def]
     warned = copy.deepcopy(runs[4])  # the 200KB point alone: one run of its variant
-    warned.manifest["fidelity"] = {"faithful": True, "warnings": ["cpu_saturation: ... (a warning: dequeue_gap passed)"]}
+    warned.manifest["fidelity"] = {
+        "faithful": True,
+        "warnings": ["cpu_saturation: ... (a warning: dequeue_gap passed)"],
+    }
     cmp = compare([*runs[:3], warned])
     row = next(r for r in cmp.rows if r.variant == "buffer=200KB")
     assert row.fidelity == "ok (1/1 with a warning)"
