@@ -102,6 +102,46 @@ def scenario(buffer_kb: int, seed: int) -> dict[str, Any]:
     }
 
 
+def kernel_telemetry(rec: RunRecord, seed: int, buf: int, t0: float, hot: str) -> None:
+    """qslots.csv around one incast burst at ``hot`` (100 us slots) and the manifest's qtelem_health: sojourn and
+    dequeue-gap histograms per port. Its own generator, so the other tables are as they were without it."""
+    rnd = random.Random(seed + 7)
+    qs = rec.table("qslots")
+    frame, slot_s = 1514, 100e-6
+    backlog = 0
+    node, dev = hot.split(":")
+    for k in range(400):  # 40 ms: 12 frames arrive at once at 20 ms, then leave one per 121 us
+        arrive = 12 if k == 200 else (1 if rnd.random() < 0.55 else 0)
+        leave = min(backlog // frame + arrive, 1)
+        backlog_max = backlog + arrive * frame
+        backlog = min(buf, backlog_max) - leave * frame
+        if arrive == 0 and leave == 0:
+            continue
+        soj = [0] * 16
+        soj[min(15, 7 + backlog_max // (4 * frame))] = leave
+        qs.write(
+            {"t": round(t0 + 0.5 + k * slot_s, 6), "node": node, "dev": dev, "backlog_max": backlog_max,
+             "backlog_min": backlog, "qlen_max": backlog_max // frame, "enq_pkts": arrive, "enq_bytes": arrive * frame,
+             "deq_pkts": leave, "deq_bytes": leave * frame, "drops": 0, "marks": 0, "soj_n": leave,
+             **{f"soj_b{b}": soj[b] for b in range(16)}}
+        )  # fmt: skip
+    ports: dict[str, Any] = {}
+    for key, busy in ((hot, 1.0), ("s1:s1-l2", 0.4), ("s2:s2-l2", 0.3)):
+        n = int(20000 * busy)
+        early = [0, 0, 0, int(n * 0.3), int(n * 0.15), int(n * 0.04)] + [0] * 10
+        late = [0, 0, 0, int(n * 0.3), int(n * 0.15), int(n * 0.05), rnd.randint(5, 20), rnd.randint(0, 5)] + [0] * 8
+        soj = [0, 0, 0, 0, 0, 0, 0, int(n * 0.2), int(n * 0.3), int(n * 0.3), int(n * 0.2)] + [0] * 5
+        ports[key] = {"enq_pkts": n, "deq_pkts": n, "marks": 0, "soj_max_us": 1800.0, "soj_miss": 0,
+                      "soj_hist": soj, "gap_n": sum(early) + sum(late), "gap_mean_abs_us": 9.5,
+                      "gap_hist": early + late}  # fmt: skip
+    rec.set(
+        "qtelem_health",
+        {"source": "bpf", "slot_us": 100.0, "drain_s": 0.25, "ring_slots": 4096, "lost_slots": 0, "rows": 400,
+         "cpu_s": 0.05, "duration_s": DUR, "soj_edges_us": [float(1 << b) for b in range(15)] + [None],
+         "ports": ports},
+    )  # fmt: skip
+
+
 def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bool = False) -> Path:
     seed = 100 * buffer_kb + rep
     rnd = random.Random(seed)
@@ -334,6 +374,7 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
     rec.set(
         "tc_after", {"l2": f"qdisc bfifo 10: parent 1:1 limit {buf}b\n Sent {tx[hot]} bytes (dropped {drops[hot]})"}
     )
+    kernel_telemetry(rec, seed, buf, t0, hot)
     rec.event("finished", "all jobs done", t=t0 + DUR)
     finish_run(rec)
     return rec.path

@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -165,6 +167,22 @@ telemetry: {queue_hz: 200}
 """
 
 
+@contextmanager
+def harness_run(scenario: Path, out: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`testbed run SCENARIO` as a child; SIGKILLed when the block ends (it is never let finish), and reaped."""
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "run", str(scenario), "-o", str(out), "--no-report", "--wait", "300"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield harness
+    finally:
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(10)
+
+
 def _staged_rows(pid: int) -> int:
     """Rows the harness ``pid`` has flushed into its sampler stage's queues.csv (0 when none yet)."""
     return sum(f.read_bytes().count(b"\n") for f in Path("/dev/shm").glob(f"tbstage-{pid}-*/queues.csv"))
@@ -177,20 +195,8 @@ def test_killed_run_keeps_its_samples(tmp_path: Path) -> None:
     scenario = tmp_path / "killed.yaml"
     scenario.write_text(KILLED)
     out = tmp_path / "runs"
-    harness = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "run", str(scenario), "-o", str(out), "--no-report", "--wait", "300"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with harness_run(scenario, out) as harness:
         wait_until(lambda: _staged_rows(harness.pid) >= 200, 120, "1 s of queue rows staged by the running harness")
-        harness.send_signal(signal.SIGKILL)
-        harness.wait(10)
-    finally:
-        if harness.poll() is None:
-            harness.kill()
-            harness.wait(10)
     (killed,) = find_runs([out])
     run_dir = killed.path
     assert not (run_dir / "queues.csv").exists(), "the rows were staged: the record has none before clean"
@@ -240,24 +246,12 @@ def test_killed_run_leaves_no_struct_ops_or_allowed_cc(tmp_path: Path) -> None:
     allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text()
     scenario = tmp_path / "dctcp.yaml"
     scenario.write_text(DCTCP)
-    harness = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "run", str(scenario), "-o", str(tmp_path / "runs"), "--no-report"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with harness_run(scenario, tmp_path / "runs") as harness:
         wait_until(lambda: _state_struct_ops(harness.pid), 120, "the run to note its struct_ops DCTCP")
         (entry,) = _state_struct_ops(harness.pid)
         assert entry.startswith("cc dctcp_tb"), entry
         name = entry.split()[1]
         wait_until(lambda: name in structops.registered(), 60, f"{name} to be registered")
-        harness.send_signal(signal.SIGKILL)
-        harness.wait(10)
-    finally:
-        if harness.poll() is None:
-            harness.kill()
-            harness.wait(10)
     cp = subprocess.run(
         [sys.executable, "-m", "testbed", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
