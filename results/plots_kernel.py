@@ -52,6 +52,15 @@ def _step_cdf(ax: Any, x: np.ndarray, counts: np.ndarray, style: Any, label: str
             markevery=max(1, len(x) // 8), markerfacecolor="white" if style.hollow else style.color)  # fmt: skip
 
 
+def _label(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+
+
 def cdf_sojourn(cmp: Comparison, reg: StyleRegistry, no_data: type[Exception]) -> Figure:
     series = []
     for row in cmp.rows:
@@ -68,12 +77,12 @@ def cdf_sojourn(cmp: Comparison, reg: StyleRegistry, no_data: type[Exception]) -
         edges = np.array([float(2**b) for b in range(len(counts) - 1)] + [float(2 ** len(counts))])
         _step_cdf(ax, edges, counts, reg.style(row.label), f"{row.label} ({int(counts.sum())} packets)")
     ax.set_xscale("log")
-    ax.set_xlabel("sojourn time, enqueue to dequeue (us; upper bucket edges, the last one open)")
-    ax.set_ylabel("fraction of packets")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("CDF of per-packet sojourn time, every port (kernel telemetry)")
+    _label(
+        ax,
+        "sojourn time, enqueue to dequeue (us; upper bucket edges, the last one open)",
+        "fraction of packets",
+        "CDF of per-packet sojourn time, every port (kernel telemetry)",
+    )
     return fig
 
 
@@ -93,12 +102,12 @@ def cdf_dequeue_gap(cmp: Comparison, reg: StyleRegistry, no_data: type[Exception
         _step_cdf(ax, x, ordered, reg.style(row.label), f"{row.label} ({int(counts.sum())} gaps)")
     ax.set_xscale("symlog", linthresh=1.0)
     ax.axvline(0, color="grey", linewidth=0.8)
-    ax.set_xlabel("dequeue gap - ideal transmission time (us, bucket edges): early < 0 < late")
-    ax.set_ylabel("fraction of gaps")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Direct fidelity check: dequeue-gap deviations at busy ports")
+    _label(
+        ax,
+        "dequeue gap - ideal transmission time (us, bucket edges): early < 0 < late",
+        "fraction of gaps",
+        "Direct fidelity check: dequeue-gap deviations at busy ports",
+    )
     return fig
 
 

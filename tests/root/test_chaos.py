@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from testbed.host import structops
+from tests.root.hoststate import harness_run, procs_in_other_netns, staged_rows
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc)")]
@@ -44,18 +44,6 @@ def _sh(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
 
 
-def _other_netns_pids() -> list[int]:
-    me = os.readlink("/proc/self/ns/net")
-    out = []
-    for p in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.readlink(p / "ns" / "net") != me:
-                out.append(int(p.name))
-        except OSError:
-            pass
-    return sorted(out)
-
-
 def host_state() -> dict[str, object]:
     """What a run may touch on the host, as comparable values."""
     sysctl = Path("/proc/sys/net/ipv4")
@@ -68,14 +56,10 @@ def host_state() -> dict[str, object]:
         "struct_ops": sorted(structops.registered()),
         "bpf_pins": sorted(str(p) for p in Path("/sys/fs/bpf").rglob("*")) if Path("/sys/fs/bpf").is_dir() else [],
         "nft": _sh("nft", "list", "tables"),
-        "other_netns_pids": _other_netns_pids(),
+        "other_netns_pids": procs_in_other_netns(),
         "stages": sorted(p.name for p in Path("/dev/shm").glob("tbstage-*")),
         "state_files": sorted(p.name for p in Path("/run/testbed").glob("tb*.json")),
     }
-
-
-def _staged_rows(pid: int) -> int:
-    return sum(f.read_bytes().count(b"\n") for f in Path("/dev/shm").glob(f"tbstage-{pid}-*/queues.csv"))
 
 
 def test_random_kills_leave_nothing_behind(tmp_path: Path) -> None:
@@ -90,25 +74,12 @@ def test_random_kills_leave_nothing_behind(tmp_path: Path) -> None:
         scenario.write_text(SCENARIO.format(cc=cc))
         out = tmp_path / f"runs{i}"
         at = rng.uniform(0.1, LIFE_S)
-        harness = subprocess.Popen(
-            [sys.executable, "-m", "testbed", "run", str(scenario), "-o", str(out), "--no-report", "--wait", "60"],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
+        with harness_run(scenario, out) as harness:  # SIGKILLed as the block ends, unless it finished first
             try:
                 harness.wait(at)
-            except subprocess.TimeoutExpired:
-                rows = _staged_rows(harness.pid)
-                harness.send_signal(signal.SIGKILL)
-                harness.wait(10)
-            else:
                 rows = 0
-        finally:
-            if harness.poll() is None:
-                harness.kill()
-                harness.wait(10)
+            except subprocess.TimeoutExpired:
+                rows = staged_rows(harness.pid)
         cp = subprocess.run(
             [sys.executable, "-m", "testbed", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=60
         )

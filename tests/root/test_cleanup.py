@@ -6,13 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from testbed.host.ownership import BusyError, RunLock, delete_netns, list_netns
+from tests.root.hoststate import harness_run, procs_in_other_netns, staged_rows
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
@@ -35,18 +34,6 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:  # the process ended meanwhile
         return b""
-
-
-def _procs_in_other_netns() -> list[int]:
-    root = os.readlink("/proc/self/ns/net")
-    out = []
-    for p in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.readlink(p / "ns" / "net") != root:
-                out.append(int(p.name))
-        except OSError:
-            pass
-    return out
 
 
 def test_sigkilled_run_is_cleaned_by_prefix_and_state():
@@ -73,7 +60,7 @@ def test_sigkilled_run_is_cleaned_by_prefix_and_state():
     assert not [ns for ns in list_netns() if ns.startswith(prefix + "-")], cp.stdout
 
     def leftover() -> list[int]:
-        return [pid for pid in _procs_in_other_netns() if _cmdline(pid) == b"sleep\x00300\x00"]
+        return [pid for pid in procs_in_other_netns() if _cmdline(pid) == b"sleep\x00300\x00"]
 
     # clean signals the killed run's processes; they take a moment to exit and be reaped
     wait_until(lambda: not leftover(), 10, "the killed run's processes to exit", 0.05, lambda: f"left: {leftover()}")
@@ -167,27 +154,6 @@ telemetry: {queue_hz: 200}
 """
 
 
-@contextmanager
-def harness_run(scenario: Path, out: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`testbed run SCENARIO` as a child; SIGKILLed when the block ends (it is never let finish), and reaped."""
-    harness = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "run", str(scenario), "-o", str(out), "--no-report", "--wait", "300"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield harness
-    finally:
-        harness.send_signal(signal.SIGKILL)
-        harness.wait(10)
-
-
-def _staged_rows(pid: int) -> int:
-    """Rows the harness ``pid`` has flushed into its sampler stage's queues.csv (0 when none yet)."""
-    return sum(f.read_bytes().count(b"\n") for f in Path("/dev/shm").glob(f"tbstage-{pid}-*/queues.csv"))
-
-
 def test_killed_run_keeps_its_samples(tmp_path: Path) -> None:
     """Issue 16: SIGKILL a run mid-traffic, clean, and find its queue rows in the record it left."""
     from results.record import find_runs, load_run
@@ -196,7 +162,7 @@ def test_killed_run_keeps_its_samples(tmp_path: Path) -> None:
     scenario.write_text(KILLED)
     out = tmp_path / "runs"
     with harness_run(scenario, out) as harness:
-        wait_until(lambda: _staged_rows(harness.pid) >= 200, 120, "1 s of queue rows staged by the running harness")
+        wait_until(lambda: staged_rows(harness.pid) >= 200, 120, "1 s of queue rows staged by the running harness")
     (killed,) = find_runs([out])
     run_dir = killed.path
     assert not (run_dir / "queues.csv").exists(), "the rows were staged: the record has none before clean"
