@@ -6,9 +6,10 @@ per port, the deviation of each such gap in log2-microsecond buckets, early and 
 ``qtelem_health``: ``gap_n``, ``gap_hist``). Early dequeues are HTB's bucket letting a frame out at once; a late
 one is a frame the emulator sent later than the link would have: the machine, not the link, set the pace.
 
-``check_dequeue_gaps`` judges the share of gaps late by at least one frame time at each port with enough gaps.
-The buckets are powers of two, so "one frame time" is the bucket edge at or below it (``late_edge``): the share
-counted is that of gaps late by at least that edge, never less than the share late by a whole frame.
+``check_dequeue_gaps`` judges the share of gaps late by at least one frame time at each port with enough gaps. The
+kernel counts those exactly (``gap_late``, against ``gap_late_us``, the port's frame time); a record from before
+that count is judged from the histogram, whose buckets are powers of two, at the bucket edge at or below a frame
+time (``late_edge``): never less than the share late by a whole frame.
 """
 
 from __future__ import annotations
@@ -55,12 +56,17 @@ def port_gaps(stats: Mapping[str, Any], rate_bps: float, mtu: int) -> dict[str, 
         return None
     early, late = hist[:HALF], hist[HALF:]
     frame_us = (mtu + ETH_HEADER) * 8 / rate_bps * 1e6
-    first, edge = late_edge(frame_us)
-    late_n = sum(late[first:])
+    exact = stats.get("gap_late") is not None and float(stats.get("gap_late_us") or 0) > 0
+    if exact:  # counted in the kernel against the port's own frame time
+        edge, late_n = float(stats["gap_late_us"]), int(stats["gap_late"])
+    else:  # an older record: from the histogram, at the power-of-two edge at or below a frame time
+        first, edge = late_edge(frame_us)
+        late_n = sum(late[first:])
     return {
         "gaps": n,
         "frame_us": round(frame_us, 1),
-        "late_edge_us": edge,
+        "late_edge_us": round(edge, 1),
+        "late_exact": exact,
         "late_share": late_n / n,
         "early_share": sum(early) / n,
         "late_p50_us_at_most": quantile_edge(late, 0.5),

@@ -123,7 +123,9 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
 def _qslots_config(fab: Fabric, tele: TelemetrySpec) -> QslotsConfig:
     impls = fab.marking.get("ports", {})
     ports = tuple(
-        QtPort(fab.netns(p.node), p.dev, p.link.rate_bps, p.node, kernel_red=impls.get(p.name) == "kernel")
+        QtPort(
+            fab.netns(p.node), p.dev, p.link.rate_bps, p.node, kernel_red=impls.get(p.name) == "kernel", mtu=p.link.mtu
+        )
         for p in fab.ports()
     )
     return QslotsConfig(ports, slot_ns=tele.slot_ns)

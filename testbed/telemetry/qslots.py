@@ -97,6 +97,8 @@ def health(qt: QueueTelemetry, cfg: QslotsConfig, rows: int, cpu_s: float, durat
             "gap_n": int(t["gap_n"]),
             "gap_mean_abs_us": (int(t["gap_sum_abs_ns"]) / int(t["gap_n"]) / 1e3) if int(t["gap_n"]) else None,
             "gap_hist": [int(x) for x in t["gap"]],
+            "gap_late": int(t["gap_late"]),
+            "gap_late_us": p.late_ns / 1e3,
         }
     return {
         "source": "bpf",

@@ -77,9 +77,10 @@ STATE_DTYPE = np.dtype(
         ("last_deq_skb", "<u8"),
         ("soj_miss", "<u8"),
         ("last_enq_ts", "<u8"),
+        ("gap_late", "<u8"),
     ]
 )
-assert SLOT_DTYPE.itemsize == 128 and STATE_DTYPE.itemsize == 632  # qtelem.bpf.c's struct slot / port_state
+assert SLOT_DTYPE.itemsize == 128 and STATE_DTYPE.itemsize == 640  # qtelem.bpf.c's struct slot / port_state
 
 
 class QtelemError(TestbedError, RuntimeError):
@@ -97,6 +98,12 @@ class QtPort:
     rate_bps: float
     node: str
     kernel_red: bool = False
+    mtu: int = 0  # with the rate, one frame time: the dequeue gaps late by that much are counted (0: not counted)
+
+    @property
+    def late_ns(self) -> int:
+        """One frame's transmission time at the port's rate (Ethernet header included), 0 without an MTU."""
+        return int((self.mtu + 14) * 8 / self.rate_bps * 1e9) if self.mtu and self.rate_bps > 0 else 0
 
 
 def ring_slots_for(slot_ns: int, drain_s: float) -> int:
@@ -226,7 +233,11 @@ class QueueTelemetry:
         self._update(fd["cfg"], ctypes.c_uint32(0), cfg)
         for i, port in enumerate(self.ports):
             ino, ifindex = _port_key(port)
-            self._update(fd["ports"], (ctypes.c_uint32 * 2)(ino, ifindex), (ctypes.c_uint64 * 2)(i, int(port.rate_bps)))
+            self._update(
+                fd["ports"],
+                (ctypes.c_uint32 * 2)(ino, ifindex),
+                (ctypes.c_uint64 * 3)(i, int(port.rate_bps), port.late_ns),
+            )
         self._state = self._mmap(fd["state"], MAX_PORTS * STATE_DTYPE.itemsize)
         self._ring = self._mmap(fd["ring"], len(self.ports) * self.ring_slots * SLOT_DTYPE.itemsize)
         self.state = np.frombuffer(self._state, dtype=STATE_DTYPE, count=MAX_PORTS)

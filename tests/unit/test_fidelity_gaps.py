@@ -83,3 +83,12 @@ def test_late_packets_leave_cpu_saturation_a_failure() -> None:
 def test_without_the_kernel_telemetry_the_verdict_is_as_before() -> None:
     v = evaluate(queue_trace(0.99), [], cpu_trace(1.0), PORTS, HEALTH)
     assert v["faithful"] is False and "dequeue_gap" not in {c["name"] for c in v["checks"]}
+
+
+def test_the_kernels_exact_count_is_used_where_the_record_has_it() -> None:
+    stats = {**_health(200)["ports"]["s1:s1-l2"], "gap_late": 30, "gap_late_us": 121.1}
+    g = port_gaps(stats, RATE, 1500)
+    assert g is not None and g["late_exact"] is True
+    assert g["late_share"] == 0.003 and g["late_edge_us"] == 121.1  # not the histogram's 200 from 64 us
+    old = port_gaps(_health(200)["ports"]["s1:s1-l2"], RATE, 1500)
+    assert old is not None and old["late_exact"] is False and old["late_share"] == 0.02

@@ -11,7 +11,8 @@
  * marker flags the packets it turns CE in skb->mark, see QT_MARK_CE; kernel RED's marks need the ECN field from
  * before the qdisc, see ecn_before), and a log2 histogram of sojourn times (enqueue to dequeue, per packet).
  * Per port, for the direct fidelity check: the gap between consecutive dequeues while the queue stayed busy, minus
- * the ideal transmission time of the packet that left first (len x 8 / rate).
+ * the ideal transmission time of the packet that left first (len x 8 / rate), in a histogram, and the count of gaps
+ * late by at least the port's late_ns (userspace sets one frame time).
  *
  * Cost: fields are read by direct BTF loads (no helper call); enqueue times sit in a per-port ring in enqueue order
  * (the ports' qdiscs are FIFO), so a dequeue finds its packet's time by index, not in a hash.
@@ -42,6 +43,7 @@ struct port_cfg {
 	__u32 id;
 	__u32 pad;
 	__u64 rate_bps;
+	__u64 late_ns; /* a dequeue gap this much over the ideal counts in gap_late (one frame time; 0: not counted) */
 };
 
 struct slot {
@@ -81,6 +83,7 @@ struct port_state {
 	__u64 last_deq_skb;   /* the last skb dequeued: one requeued by the driver leaves twice */
 	__u64 soj_miss;       /* dequeued skbs whose enqueue time was not found (no sojourn counted) */
 	__u64 last_enq_ts;    /* enqueue time of the last skb matched: FIFO order never goes back in time */
+	__u64 gap_late;       /* gaps late by at least the port's late_ns */
 };
 
 struct fifo_ent {
@@ -436,6 +439,8 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 
 		if (i < GAP_BUCKETS)
 			st->gap[i]++;
+		if (cfg->late_ns && gap >= ideal + cfg->late_ns)
+			st->gap_late++;
 		st->gap_n++;
 		st->gap_sum_abs_ns += dev;
 	}
