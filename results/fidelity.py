@@ -44,9 +44,9 @@ from results.fidelity_senders import check_senders
 from results.ports import PortRows, in_window, split_ports
 from results.record import load_run
 from results.tables import numbers
+from testbed.spec.link import ETH_HEADER
 from testbed.vm import guestfit
 
-ETH_HEADER = 14
 # A one-segment TCP skb is accounted with one more header set (seen here: 9080 B for one 9000-MTU frame, +66 B);
 # a real super-packet adds at least one more MSS, so an average above frame + 128 B is one.
 GSO_SLACK = 128

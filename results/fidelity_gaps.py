@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from results.checks import Thresholds, check
+from testbed.spec.link import ETH_HEADER
 
-ETH_HEADER = 14
 HALF = 16  # gap_hist: HALF early buckets, then HALF late ones; bucket b holds deviations in [2^(b-1), 2^b) us
 
 

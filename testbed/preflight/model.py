@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.preflight.flows import FlowPath
+from testbed.spec.link import ETH_HEADER
 
-ETH_HEADER = 14
 ACK_FRAME = 66  # Ethernet + IPv4 + TCP with timestamps, no payload
 ACKS_PER_DATA = 0.5  # delayed ACKs: one per two segments (GRO is off on every port)
 # Built-in coefficients, used when this machine has no calibration. Forwarding: fitted once to the 8-flow ring on

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import TestbedError
+from testbed.spec.link import ETH_HEADER
 from testbed.telemetry.netns import netns_path, run_in_netns
 
 OBJECT = Path(__file__).resolve().parents[2] / "build" / "bpf" / "qtelem.bpf.o"
@@ -103,7 +104,7 @@ class QtPort:
     @property
     def late_ns(self) -> int:
         """One frame's transmission time at the port's rate (Ethernet header included), 0 without an MTU."""
-        return int((self.mtu + 14) * 8 / self.rate_bps * 1e9) if self.mtu and self.rate_bps > 0 else 0
+        return int((self.mtu + ETH_HEADER) * 8 / self.rate_bps * 1e9) if self.mtu and self.rate_bps > 0 else 0
 
 
 def ring_slots_for(slot_ns: int, drain_s: float) -> int:

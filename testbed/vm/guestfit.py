@@ -28,6 +28,7 @@ from typing import Any
 
 from testbed.host.capabilities import CapabilityError
 from testbed.spec.fabric import FabricSpec
+from testbed.spec.link import ETH_HEADER
 from testbed.spec.topology import Topology
 
 TCG_MAX_LINK_PPS = 700  # frames per second per link (50 Mbit/s at MTU 9000, 8.6 Mbit/s at MTU 1500)
@@ -35,7 +36,6 @@ TCG_QUEUE_HZ = 25.0  # at 50 Hz the sampler took 0.30-0.65 of a vCPU and fell to
 TCG_LINK_HZ = 25.0
 TCG_SAMPLER_GAP_S = 0.25  # the longest stall measured was 208 ms, as flows started
 TCG_SAMPLER_RATE_MIN = 0.85
-ETH_HEADER = 14
 
 
 def max_rate_bps(mtu: int) -> float:
