@@ -33,7 +33,6 @@ from testbed.preflight import budget as pf_budget
 from testbed.preflight.budget import manifest_entry
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario, ScenarioFile, TelemetrySpec, load_scenario_file, resolved
-from testbed.spec.topology import Topology
 from testbed.telemetry import PortRef, start_sampler
 from testbed.telemetry.bpfmarks import marks_map_path
 from testbed.telemetry.budget import CpuBudget
@@ -278,12 +277,12 @@ def preflight(point: Scenario, caps: Capabilities) -> None:
     """Refuse a point this machine cannot run, before anything is built: a SpecError (exit 2) whatever the reason
     (a missing capability, a guest it does not fit, too many nodes, too long a job, too little CPU)."""
     try:
-        check_spec(point.fabric, caps)
+        topo = check_spec(point.fabric, caps)
         guestfit.check_fabric(point.fabric)
         bounds.check_fabric_size(point.fabric)
-        bounds.check_time(point.workload, Topology(point.fabric), point.duration_s)
+        bounds.check_time(point.workload, topo, point.duration_s)
         if point.telemetry.bpf_queues:
-            check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(Topology(point.fabric).ports()))
+            check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(topo.ports()))
         pf_budget.require_budget(point, caps)
     except SpecError:
         raise

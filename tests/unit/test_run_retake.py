@@ -10,6 +10,7 @@ import pytest
 from testbed import run as run_mod
 from testbed.host.capabilities import Capabilities
 from testbed.spec.scenario import expand
+from testbed.spec.topology import Topology
 
 SCENARIO = {
     "name": "retake",
@@ -30,7 +31,7 @@ def fake_run(monkeypatch: pytest.MonkeyPatch, verdicts: list[bool | None]) -> li
 
     monkeypatch.setattr(run_mod, "run_point", run_point)
     monkeypatch.setattr(run_mod, "probe", lambda: Capabilities())
-    monkeypatch.setattr(run_mod, "check_spec", lambda spec, caps: None)
+    monkeypatch.setattr(run_mod, "check_spec", lambda spec, caps: Topology(spec))  # its checks pass, its topology
     return calls
 
 
