@@ -22,6 +22,7 @@ from bench.benchnet import line_net
 from results.fidelity_gaps import port_gaps
 from testbed.host.procs import ProcessGroup
 from testbed.spec.units import parse_rate
+from testbed.telemetry.qslots import port_totals
 from testbed.telemetry.qtelem import QtPort, QueueTelemetry
 from tests.waiting import wait_listening, wait_until
 
@@ -48,16 +49,7 @@ def take(net: Any, rate_bps: float, seconds: float, hog_s: float) -> dict[str, A
         for h in hogs:
             h.wait(hog_s + 10)
         qt.detach()
-        t = qt.totals()[0]
-        n = int(t["gap_n"])
-        stats = {
-            "gap_n": n,
-            "gap_hist": [int(x) for x in t["gap"]],
-            "gap_mean_abs_us": int(t["gap_sum_abs_ns"]) / n / 1e3 if n else None,
-            "gap_late": int(t["gap_late"]),
-            "gap_late_us": qt.ports[0].late_ns / 1e3,
-        }
-        return port_gaps(stats, rate_bps, 1500)
+        return port_gaps(port_totals(qt.totals()[0], qt.ports[0]), rate_bps, 1500)
 
 
 def main(argv: list[str] | None = None) -> int:

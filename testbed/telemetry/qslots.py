@@ -81,25 +81,28 @@ def slots_frame(slots: np.ndarray, cfg: QslotsConfig, wall_minus_mono: float) ->
     return pd.DataFrame(cols, columns=list(QSLOTS_COLUMNS))
 
 
+def port_totals(t: Any, port: QtPort) -> dict[str, Any]:
+    """One port's run totals (a row of ``QueueTelemetry.totals()``) as the manifest's qtelem_health keeps them."""
+    gaps = int(t["gap_n"])
+    return {
+        "enq_pkts": int(t["enq_seen"]),
+        "deq_pkts": int(t["deq_seen"]),
+        "marks": int(t["marks_seen"]),
+        "soj_max_us": int(t["soj_max_ns"]) / 1e3,
+        "soj_miss": int(t["soj_miss"]),
+        "soj_hist": [int(x) for x in t["soj_total"]],
+        "gap_n": gaps,
+        "gap_mean_abs_us": int(t["gap_sum_abs_ns"]) / gaps / 1e3 if gaps else None,
+        "gap_hist": [int(x) for x in t["gap"]],
+        "gap_late": int(t["gap_late"]),
+        "gap_late_us": port.late_ns / 1e3,
+    }
+
+
 def health(qt: QueueTelemetry, cfg: QslotsConfig, rows: int, cpu_s: float, duration_s: float) -> dict[str, Any]:
     """Per-port totals and the reader's own cost, for the manifest and the direct fidelity check."""
     tot = qt.totals()
-    ports: dict[str, Any] = {}
-    for i, p in enumerate(cfg.ports):
-        t = tot[i]
-        ports[f"{p.node}:{p.dev}"] = {
-            "enq_pkts": int(t["enq_seen"]),
-            "deq_pkts": int(t["deq_seen"]),
-            "marks": int(t["marks_seen"]),
-            "soj_max_us": int(t["soj_max_ns"]) / 1e3,
-            "soj_miss": int(t["soj_miss"]),
-            "soj_hist": [int(x) for x in t["soj_total"]],
-            "gap_n": int(t["gap_n"]),
-            "gap_mean_abs_us": (int(t["gap_sum_abs_ns"]) / int(t["gap_n"]) / 1e3) if int(t["gap_n"]) else None,
-            "gap_hist": [int(x) for x in t["gap"]],
-            "gap_late": int(t["gap_late"]),
-            "gap_late_us": p.late_ns / 1e3,
-        }
+    ports = {f"{p.node}:{p.dev}": port_totals(tot[i], p) for i, p in enumerate(cfg.ports)}
     return {
         "source": "bpf",
         "slot_us": cfg.slot_ns / 1e3,
