@@ -67,14 +67,16 @@ def cdf_sojourn(cmp: Comparison, reg: StyleRegistry, no_data: type[Exception]) -
         h = _health(row)
         if not h:
             continue
-        counts = _summed(row, "soj_hist", len(h[0].get("soj_edges_us") or []))
+        # the record's bucket edges; the open last bucket is drawn one doubling past the edge before it
+        recorded = list(h[0].get("soj_edges_us") or [])
+        edges = np.array([e if e is not None else 2.0 * (recorded[i - 1] or 1.0) for i, e in enumerate(recorded)])
+        counts = _summed(row, "soj_hist", len(edges))
         if counts.sum() > 0:
-            series.append((row, counts))
+            series.append((row, edges, counts))
     if not series:
         raise no_data("no run recorded sojourn times (telemetry.bpf_queues)")
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for row, counts in series:
-        edges = np.array([float(2**b) for b in range(len(counts) - 1)] + [float(2 ** len(counts))])
+    for row, edges, counts in series:
         _step_cdf(ax, edges, counts, reg.style(row.label), f"{row.label} ({int(counts.sum())} packets)")
     ax.set_xscale("log")
     _label(
@@ -131,7 +133,7 @@ def _largest_rise(tab: pd.DataFrame) -> tuple[str, str, float, float] | None:
     return best
 
 
-def _hottest_burst(run: Any) -> tuple[str, float, np.ndarray, np.ndarray, np.ndarray] | None:
+def _largest_burst(run: Any) -> tuple[str, float, np.ndarray, np.ndarray, np.ndarray] | None:
     """(port, rise KB, t - t_peak ms, backlog max KB, backlog min KB) around the run's largest rise."""
     tab = run.table("qslots")
     found = _largest_rise(tab) if len(tab) else None
@@ -152,7 +154,7 @@ def _hottest_burst(run: Any) -> tuple[str, float, np.ndarray, np.ndarray, np.nda
 def microburst(cmp: Comparison, reg: StyleRegistry, no_data: type[Exception]) -> Figure:
     panels = []
     for row in cmp.rows:
-        burst = _hottest_burst(row.runs[0]) if _health(row) else None
+        burst = _largest_burst(row.runs[0]) if _health(row) else None
         if burst is not None:
             panels.append((row, burst))
     if not panels:
