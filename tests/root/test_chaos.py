@@ -21,12 +21,11 @@ from pathlib import Path
 import pytest
 
 from testbed.host import structops
-from tests.root.hoststate import harness_run, procs_in_other_netns, staged_rows
+from tests.root.hoststate import ROOT, harness_run, procs_in_other_netns, staged_rows
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc)")]
 
-ROOT = Path(__file__).resolve().parents[2]
 KILLS = 10
 SEED = 16
 SCENARIO = """\

@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from testbed.host.ownership import BusyError, RunLock, delete_netns, list_netns
-from tests.root.hoststate import harness_run, procs_in_other_netns, staged_rows
+from tests.root.hoststate import ROOT, harness_run, procs_in_other_netns, staged_rows
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
 
-ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys, time
 from testbed.spec.fabric import FabricSpec
