@@ -1,6 +1,6 @@
 """The queue poller against the kernel queue telemetry, side by side under the same traffic (issue 15's benchmark).
 
-    flock /run/tb-dev-emulation.lock /usr/bin/python3 -m bench.qtelem_cost [--seconds 8] [--runs 3] [--json FILE]
+    flock /run/tb-dev-emulation.lock /usr/bin/python3 -m bench.qtelem_cost [--seconds 8] [--runs 3] [--json FILE] [--baseline TREE]
 
 Builds the default experiment's fabric (bench.sampler_cost: 14 namespaces, 32 queues, 50 Mbit/s, MTU 9000) with 8
 iperf3 flows in a ring, then alternates, ``--runs`` times each: the poller (``start_sampler`` at 1 kHz, links
@@ -58,13 +58,21 @@ def poller_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
     return {"kind": "poller", "cpu_share": health["cpu_share"], "rate_hz": health["rate_hz_min"]}
 
 
-def bpf_run(fab: Fabric, out: Path, seconds: float, slot_us: float) -> dict[str, Any]:
+def bpf_run(fab: Fabric, out: Path, seconds: float, slot_us: float, tree: Path | None = None) -> dict[str, Any]:
+    """The kernel telemetry's cost over ``seconds``; its reader runs from source tree ``tree`` (default: this one),
+    which loads that tree's build/bpf objects."""
     from testbed import run
     from testbed.spec.scenario import TelemetrySpec
+    from testbed.telemetry import qslots
     from testbed.telemetry.qslots import start_qslots
 
     out.mkdir(parents=True, exist_ok=True)
-    h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us)), out)
+    home = qslots.REPO
+    qslots.REPO = tree or home  # start_qslots runs ``python3 -m testbed.telemetry.qslots`` with cwd=REPO
+    try:
+        h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us)), out)
+    finally:
+        qslots.REPO = home
     u0, s0 = proc_cpu(h.proc.pid)
     p0, t0 = prog_stats(), time.monotonic()
     time.sleep(seconds)
@@ -74,7 +82,7 @@ def bpf_run(fab: Fabric, out: Path, seconds: float, slot_us: float) -> dict[str,
     per = {n: (p1[n][0] - p0.get(n, (0, 0))[0], p1[n][1] - p0.get(n, (0, 0))[1]) for n in p1}
     prog_s = sum(ns for ns, _ in per.values()) / 1e9
     return {
-        "kind": "bpf",
+        "kind": "bpf" if tree is None else "bpf-baseline",
         "cpu_share": round(((u1 - u0) + (s1 - s0) + prog_s) / wall, 4),
         "reader_share": round(((u1 - u0) + (s1 - s0)) / wall, 4),
         "programs_share": round(prog_s / wall, 4),
@@ -133,9 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--slot-us", type=float, default=100.0, help="the kernel telemetry's slot (default 100)")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="a source tree (a git worktree of an older commit, its BPF built) whose kernel telemetry alternates "
+        "with this one's under the same traffic, as kind bpf-baseline",
+    )
     args = ap.parse_args(argv)
     results: list[dict[str, Any]] = []
-    total = (2 * args.runs + 1) * (args.seconds + 3) + 10
+    kinds = ("poller", "bpf", "bpf-baseline") if args.baseline else ("poller", "bpf")
+    total = (len(kinds) * args.runs + 1) * (args.seconds + 3) + 10
     stats_fd = _bpf(BPF_ENABLE_STATS, _EnableStats(0))
     try:
         with (
@@ -146,12 +161,12 @@ def main(argv: list[str] | None = None) -> int:
             traffic = start_traffic(fab, total, d)
             time.sleep(1.0)  # past slow start: queues are filling
             for i in range(args.runs):
-                for kind in ("poller", "bpf") if i % 2 == 0 else ("bpf", "poller"):
+                for kind in kinds if i % 2 == 0 else kinds[::-1]:
                     out = d / f"run{len(results)}"
                     if kind == "poller":
                         r = poller_run(fab, out, args.seconds)
                     else:
-                        r = bpf_run(fab, out, args.seconds, args.slot_us)
+                        r = bpf_run(fab, out, args.seconds, args.slot_us, args.baseline if "base" in kind else None)
                     results.append(r)
                     print(json.dumps(r), flush=True)
             agree = both_run(fab, d / "both", args.seconds, args.slot_us)
@@ -160,10 +175,15 @@ def main(argv: list[str] | None = None) -> int:
                 p.stop(grace=1.0)
     finally:
         os.close(stats_fd)
-    share = {k: [r["cpu_share"] for r in results if r["kind"] == k] for k in ("poller", "bpf")}
+    share = {k: [r["cpu_share"] for r in results if r["kind"] == k] for k in kinds}
     for k, v in share.items():
-        print(f"{k:6s} cpu_share mean {statistics.mean(v):.4f} [{min(v):.4f}, {max(v):.4f}] over {len(v)} runs")
-    print(f"bpf/poller cpu_share: {statistics.mean(share['bpf']) / statistics.mean(share['poller']):.3f}")
+        print(f"{k:12s} cpu_share mean {statistics.mean(v):.4f} [{min(v):.4f}, {max(v):.4f}] over {len(v)} runs")
+    for k in kinds[1:]:
+        print(f"{k}/poller cpu_share: {statistics.mean(share[k]) / statistics.mean(share['poller']):.3f}")
+    if args.baseline:
+        print(
+            f"bpf/bpf-baseline cpu_share: {statistics.mean(share['bpf']) / statistics.mean(share['bpf-baseline']):.3f}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"runs": results, "agreement": agree}, indent=1) + "\n")
     return 0

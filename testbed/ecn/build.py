@@ -17,7 +17,13 @@ from testbed.ecn.errors import EcnError
 SRC_DIR = Path(__file__).resolve().parent / "bpf"
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "build" / "bpf"
-SOURCES = ("marker.bpf.c", "dctcp.bpf.c", "qtelem.bpf.c")
+# (source, object name, -D defines): qtelem_compat reads the skb's shared info with a helper (kernels before 6.2)
+OBJECTS = (
+    ("marker.bpf.c", "marker", ()),
+    ("dctcp.bpf.c", "dctcp", ()),
+    ("qtelem.bpf.c", "qtelem", ()),
+    ("qtelem.bpf.c", "qtelem_compat", ("QT_PROBE_READ",)),
+)
 DCTCP_NAME_PLACEHOLDER = b"dctcp_XXXXXXXXX"
 BTF = Path("/sys/kernel/btf/vmlinux")
 
@@ -51,25 +57,11 @@ def build(out: Path = DEFAULT_OUT, btf: Path = BTF) -> dict[str, Path]:
         subprocess.run(["uname", "-m"], capture_output=True, text=True).stdout.strip(), "x86"
     )
     objs: dict[str, Path] = {}
-    for src in SOURCES:
-        obj = out / src.replace(".c", ".o")
-        _run(
-            [
-                clang,
-                "-target",
-                "bpf",
-                "-O2",
-                "-g",
-                f"-D__TARGET_ARCH_{arch}",
-                "-I",
-                str(out),
-                "-c",
-                str(SRC_DIR / src),
-                "-o",
-                str(obj),
-            ]
-        )
-        objs[src.split(".")[0]] = obj
+    for src, name, defines in OBJECTS:
+        obj = out / f"{name}.bpf.o"
+        cmd = [clang, "-target", "bpf", "-O2", "-g", f"-D__TARGET_ARCH_{arch}", *(f"-D{d}" for d in defines)]
+        _run([*cmd, "-I", str(out), "-c", str(SRC_DIR / src), "-o", str(obj)])
+        objs[name] = obj
     if objs["dctcp"].read_bytes().count(DCTCP_NAME_PLACEHOLDER) != 1:
         raise EcnError(f"{objs['dctcp']}: the DCTCP name placeholder must occur exactly once (the loader rewrites it)")
     return objs

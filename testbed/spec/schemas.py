@@ -31,6 +31,7 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
             "dev",
             "backlog_max",
             "backlog_min",
+            "backlog_last",
             "qlen_max",
             "enq_pkts",
             "enq_bytes",

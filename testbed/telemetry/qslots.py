@@ -35,6 +35,7 @@ from testbed.telemetry.qtelem import (
     QtelemError,
     QtPort,
     QueueTelemetry,
+    settle,
     soj_edges_us,
 )
 
@@ -42,7 +43,7 @@ PYTHON = "/usr/bin/python3"
 REPO = Path(__file__).resolve().parents[2]
 
 QSLOTS_COLUMNS = SCHEMAS["qslots"][0]
-assert QSLOTS_COLUMNS[-SOJ_BUCKETS:] == tuple(f"soj_b{b}" for b in range(SOJ_BUCKETS))
+assert QSLOTS_COLUMNS[-SOJ_BUCKETS - 1 :] == ("soj_n", *(f"soj_b{b}" for b in range(SOJ_BUCKETS)))
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,9 @@ def slots_frame(slots: np.ndarray, cfg: QslotsConfig, wall_minus_mono: float) ->
         "node": names[s["port"]],
         "dev": devs[s["port"]],
     }
-    for c in QSLOTS_COLUMNS[3:-SOJ_BUCKETS]:
+    for c in QSLOTS_COLUMNS[3 : -SOJ_BUCKETS - 1]:
         cols[c] = s[c]
+    cols["soj_n"] = s["soj"].sum(axis=1, dtype=np.uint64)  # every sojourn counted lands in one bucket
     for b in range(SOJ_BUCKETS):
         cols[f"soj_b{b}"] = s["soj"][:, b]
     return pd.DataFrame(cols, columns=list(QSLOTS_COLUMNS))
@@ -96,6 +98,7 @@ def port_totals(t: Any, port: QtPort) -> dict[str, Any]:
         "gap_hist": [int(x) for x in t["gap"]],
         "gap_late": int(t["gap_late"]),
         "gap_late_us": port.late_ns / 1e3,
+        "gso_skbs": int(t["gso_skbs"]),
     }
 
 
@@ -105,6 +108,7 @@ def health(qt: QueueTelemetry, cfg: QslotsConfig, rows: int, cpu_s: float, durat
     ports = {f"{p.node}:{p.dev}": port_totals(tot[i], p) for i, p in enumerate(cfg.ports)}
     return {
         "source": "bpf",
+        "object": qt.object.name,
         "slot_us": cfg.slot_ns / 1e3,
         "drain_s": cfg.drain_s,
         "ring_slots": qt.ring_slots,
@@ -126,17 +130,17 @@ def run(cfg: QslotsConfig, out: Path, stop: threading.Event) -> dict[str, Any]:
     raw = out / "qslots.raw"
     t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
     wall_minus_mono = time.time() - time.monotonic()
-    with QueueTelemetry(cfg.ports, cfg.slot_ns, cfg.drain_s) as qt, open(raw, "ab") as fh:
+    with QueueTelemetry(cfg.ports, cfg.slot_ns, cfg.drain_s) as qt, open(raw, "ab", buffering=0) as fh:
         (out / "qtelem.ready").write_text(f"{os.getpid()}\n")
         while not stop.wait(cfg.drain_s):
-            fh.write(qt.drain().tobytes())
+            qt.drain_to(fh)
         qt.detach()
-        fh.write(qt.drain().tobytes())
+        qt.drain_to(fh)
         fh.write(qt.open_slots().tobytes())
         fh.flush()
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-        slots = np.fromfile(raw, dtype=SLOT_DTYPE)
+        slots = settle(np.fromfile(raw, dtype=SLOT_DTYPE))
         slots_frame(slots, cfg, wall_minus_mono).to_csv(out / "qslots.csv", index=False)
         h = health(qt, cfg, len(slots), cpu, time.monotonic() - t0)
     (out / "qtelem_health.json").write_text(json.dumps(h, indent=1) + "\n")

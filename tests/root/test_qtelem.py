@@ -21,7 +21,7 @@ import pytest
 from bench.benchnet import LineNet, line_net
 from testbed.host.procs import ProcessGroup
 from testbed.telemetry.netns import run_in_netns
-from testbed.telemetry.qtelem import OBJECT, QtPort, QueueTelemetry
+from testbed.telemetry.qtelem import COMPAT_OBJECT, OBJECT, QtPort, QueueTelemetry
 from tests.waiting import wait_listening, wait_until
 
 pytestmark = [
@@ -111,13 +111,16 @@ def test_burst_shorter_than_a_millisecond(net: LineNet) -> None:
 
 
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 is not installed")
-def test_drops_bytes_and_packets_equal_tc(net: LineNet, tmp_path: Path) -> None:
-    """Two cubic flows into a 30 KB bfifo: drops equal tc's exactly, packets and bytes within 0.5 %."""
+@pytest.mark.parametrize("obj", [OBJECT, COMPAT_OBJECT], ids=["bpf_rdonly_cast", "compat"])
+def test_drops_bytes_and_packets_equal_tc(net: LineNet, tmp_path: Path, obj: Path) -> None:
+    """Two cubic flows into a 30 KB bfifo: drops equal tc's exactly, packets and bytes within 0.5 %; both builds
+    of the program (the compat one is what a kernel before 6.2 loads)."""
     _tc(net.rtr, "qdisc", "change", "dev", "r1", "parent", "1:1", "handle", "10:", "bfifo", "limit", "30000")
     with (
         ProcessGroup() as procs,
-        QueueTelemetry([QtPort(net.rtr, "r1", RATE, "rtr", mtu=1500)], slot_ns=100_000) as qt,
+        QueueTelemetry([QtPort(net.rtr, "r1", RATE, "rtr", mtu=1500)], slot_ns=100_000, obj=obj) as qt,
     ):
+        assert qt.object == obj
         before = _tc_stats(net.rtr, "r1")
         procs.spawn("iperf3-s", ["iperf3", "-s", "-1"], netns=net.rcv)
         wait_listening(net.rcv, 5201)
@@ -150,6 +153,11 @@ def test_drops_bytes_and_packets_equal_tc(net: LineNet, tmp_path: Path) -> None:
     assert 0 <= tc_bytes - int(slots["deq_bytes"].sum()) <= 0.01 * tc_bytes
     assert int(slots["marks"].sum()) == 0  # bfifo, no marker
     assert int(slots["backlog_max"].max()) <= 30000 + FRAME
+    assert (slots["backlog_min"] <= slots["backlog_last"]).all() and (
+        slots["backlog_last"] <= slots["backlog_max"]
+    ).all()
+    assert (slots["port"] == 0).all()  # settled: no SLOT_SOJ flag left
+    assert int(slots["soj"].sum()) == int(tot["soj_total"].sum()) > 0  # every sojourn in one slot's histogram
     assert int(tot["gap_n"]) > 1000  # dequeues while busy: the direct fidelity check has data
     # the exact count of gaps late by a frame time (121 us) lies between the late buckets wholly above it (from
     # 128 us) and those from the edge below it (from 64 us)
@@ -263,3 +271,4 @@ def test_availability_loads_the_programs() -> None:
     from testbed.telemetry.qtelem import availability
 
     assert availability() is None
+    assert availability(COMPAT_OBJECT) is None

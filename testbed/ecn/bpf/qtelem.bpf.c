@@ -14,13 +14,16 @@
  * the ideal transmission time of the packet that left first (len x 8 / rate), in a histogram, and the count of gaps
  * late by at least the port's late_ns (userspace sets one frame time).
  *
- * Cost: fields are read by direct BTF loads (no helper call); enqueue times sit in a per-port ring in enqueue order
- * (the ports' qdiscs are FIFO), so a dequeue finds its packet's time by index, not in a hash.
+ * Cost: fields are read by direct BTF loads (no helper call; the skb's shared info through bpf_rdonly_cast where the
+ * kernel has it, 6.2 on; the object built with QT_PROBE_READ reads it with a helper for older kernels); enqueue
+ * times sit in a per-port ring in enqueue order (the ports' qdiscs are FIFO), so a dequeue finds its
+ * packet's time by index, not in a hash.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #define MAX_PORTS 256
 #define SOJ_BUCKETS 16 /* bucket b: sojourn < 2^b us (b = 0: < 1 us); the last one is open */
@@ -32,6 +35,7 @@
 #define QT_MARK_CE 0x80000000U /* skb->mark bit: the eBPF marker turned this packet CE (marker.bpf.c) */
 #define FIFO_N 4096            /* enqueue times per port: more packets queued than this are counted as missed */
 #define FIFO_LOOKAHEAD 4       /* ring positions past the expected one a dequeued skb may sit at (see enqueued_at) */
+#define SLOT_SOJ 0x80000000U   /* slot.port: the slot counted a sojourn, so its histogram line was written */
 #define CFG_STASH 1            /* qt_cfg.flags: the ECN stash hooks are attached (a port marks with kernel RED) */
 
 struct port_key {
@@ -42,13 +46,15 @@ struct port_key {
 struct port_cfg {
 	__u32 id;
 	__u32 pad;
-	__u64 rate_bps;
+	__u64 ns_per_byte_q16; /* transmission time of a byte at the port's rate, in ns x 2^16 (0: rate unknown) */
 	__u64 late_ns; /* a dequeue gap this much over the ideal counts in gap_late (one frame time; 0: not counted) */
 };
 
+/* 128 bytes: a cache line of counts, then one of the sojourn histogram, which a slot without a sojourn counted
+ * leaves unwritten in the ring (SLOT_SOJ unset: the reader reads zeros). Each line written costs a miss. */
 struct slot {
 	__u64 slot;   /* time slot number: ktime ns / slot_ns */
-	__u32 port;
+	__u32 port;   /* the port id, with SLOT_SOJ */
 	__u32 events;
 	__u32 backlog_max;
 	__u32 backlog_min;
@@ -59,7 +65,7 @@ struct slot {
 	__u32 enq_pkts;
 	__u32 deq_pkts;
 	__u32 marks;
-	__u32 soj_n;
+	__u32 backlog_last; /* root backlog after the slot's last event: the queue holds it until the next event */
 	__u32 soj[SOJ_BUCKETS];
 };
 
@@ -84,6 +90,7 @@ struct port_state {
 	__u64 soj_miss;       /* dequeued skbs whose enqueue time was not found (no sojourn counted) */
 	__u64 last_enq_ts;    /* enqueue time of the last skb matched: FIFO order never goes back in time */
 	__u64 gap_late;       /* gaps late by at least the port's late_ns */
+	__u64 gso_skbs;       /* skbs enqueued that were more than one packet (GSO): a queue of superpackets */
 };
 
 struct fifo_ent {
@@ -169,6 +176,10 @@ static __always_inline int ecn_of(struct sk_buff *skb)
 	return -1;
 }
 
+#ifndef QT_PROBE_READ
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+#endif
+
 /* Packets as tc counts them: a GSO skb (GRO on a veth receive makes them) is gso_segs packets. (Judging by length
  * against the MTU is not enough: tc counted 0.5 % more packets than that.) */
 static __always_inline __u32 segs_of(struct sk_buff *skb)
@@ -177,8 +188,13 @@ static __always_inline __u32 segs_of(struct sk_buff *skb)
 	__u16 segs = 0;
 
 	si = (void *)(skb->head + skb->end);
+#ifdef QT_PROBE_READ
 	if (bpf_probe_read_kernel(&segs, sizeof(segs), &si->gso_segs))
 		return 1;
+#else
+	si = bpf_rdonly_cast(si, bpf_core_type_id_kernel(struct skb_shared_info));
+	segs = si->gso_segs;
+#endif
 	return segs ? segs : 1;
 }
 
@@ -193,16 +209,21 @@ static __always_inline struct port_cfg *port_of(struct net_device *dev)
 	return bpf_map_lookup_elem(&ports, &key);
 }
 
+/* floor(log2(v)) + 1 for v > 0, 0 for v = 0 (bucket b holds values below 2^b), capped at n - 1 */
 static __always_inline __u32 log2_bucket(__u64 v, __u32 n)
 {
 	__u32 b = 0;
 
-	for (int i = 0; i < 31; i++) {
-		if (v < (1ULL << i))
-			break;
-		b = i + 1;
-	}
-	return b < n ? b : n - 1;
+	if (v >> 32) { v >>= 32; b += 32; }
+	if (v >> 16) { v >>= 16; b += 16; }
+	if (v >> 8) { v >>= 8; b += 8; }
+	if (v >> 4) { v >>= 4; b += 4; }
+	if (v >> 2) { v >>= 2; b += 2; }
+	if (v >> 1) { v >>= 1; b += 1; }
+	b += (__u32)v;
+	b = b < n ? b : n - 1;
+	asm volatile("%0 &= 63" : "+r"(b)); /* a bound the verifier sees (clang folds a C mask into the select) */
+	return b;
 }
 
 /* The open slot for `now`: close the previous one into the ring when `now` is in a later slot. */
@@ -222,8 +243,11 @@ static __always_inline struct port_state *slot_for(__u32 id, __u64 now, __u32 ba
 		__u32 idx = id * ring_slots + (__u32)(st->head & (ring_slots - 1));
 		struct slot *dst = bpf_map_lookup_elem(&ring, &idx);
 
-		if (dst)
-			__builtin_memcpy(dst, &st->cur, sizeof(*dst));
+		if (dst) {
+			__builtin_memcpy(dst, &st->cur, offsetof(struct slot, soj));
+			if (st->cur.port & SLOT_SOJ)
+				__builtin_memcpy(dst->soj, st->cur.soj, sizeof(dst->soj));
+		}
 		__sync_fetch_and_add(&st->head, 1); /* after the copy: the reader trusts slots below head */
 		st->started = 0;
 	}
@@ -249,6 +273,7 @@ static __always_inline void account(struct port_state *st, struct Qdisc *q, __u3
 		st->cur.backlog_min = backlog;
 	if (qlen > st->cur.qlen_max)
 		st->cur.qlen_max = qlen;
+	st->cur.backlog_last = backlog;
 	if (st->enq_seen + st->deq_seen && drops > st->drops_seen)
 		st->cur.drops += drops - st->drops_seen; /* the first event sets the baseline */
 	st->drops_seen = drops;
@@ -344,6 +369,8 @@ int BPF_PROG(qt_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct
 	st->cur.enq_pkts += segs;
 	st->cur.enq_bytes += skb->len;
 	st->enq_seen += segs;
+	if (segs > 1)
+		st->gso_skbs++;
 	if (marked_here(skb)) {
 		st->cur.marks += segs;
 		st->marks_seen += segs;
@@ -407,8 +434,8 @@ static __always_inline void dequeued(struct port_state *st, __u32 id, struct sk_
 	if (b < SOJ_BUCKETS) {
 		st->cur.soj[b]++;
 		st->soj_total[b]++;
+		st->cur.port |= SLOT_SOJ;
 	}
-	st->cur.soj_n++;
 	if (soj > st->soj_max_ns)
 		st->soj_max_ns = soj;
 }
@@ -430,9 +457,9 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 		return 0;
 	deq_len = skb->len; /* bytes of this dequeue (all of a bulk's skbs) */
 	/* the gap check: only between two dequeues with data left in between (the port stayed busy) */
-	if (st->last_deq_ns && st->last_backlog > 0 && cfg->rate_bps) {
+	if (st->last_deq_ns && st->last_backlog > 0 && cfg->ns_per_byte_q16) {
 		__u64 gap = now - st->last_deq_ns;
-		__u64 ideal = st->last_deq_len * 8ULL * 1000000000ULL / cfg->rate_bps;
+		__u64 ideal = (st->last_deq_len * cfg->ns_per_byte_q16) >> 16;
 		__u64 dev = gap > ideal ? gap - ideal : ideal - gap;
 		__u32 b = log2_bucket(dev / 1000, GAP_BUCKETS / 2);
 		__u32 i = gap > ideal ? GAP_BUCKETS / 2 + b : b;
