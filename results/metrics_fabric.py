@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from results import queues_kernel
 from results.ports import PortRows, first_last, split_ports
 from results.record import Run
 from results.summary import Summary
@@ -48,12 +49,33 @@ def _marks_total(per: dict[str, dict[str, Any]], marker: pd.DataFrame) -> float:
     return total + float(sum(q["marks"] or 0 for key, q in per.items() if key not in counted))
 
 
+def _kernel_queues(run: Run, series: dict[str, PortRows]) -> dict[str, dict[str, Any]]:
+    """Per-queue figures from the kernel telemetry (results.queues_kernel), with the poller's overlimits where it
+    ran; {} without qslots.csv."""
+    health = run.manifest.get("qtelem_health") or {}
+    if not health.get("slot_us"):
+        return {}
+    table = run.table("qslots")
+    if "backlog_last" not in table.columns:  # a record from before the column: its poller's rows decide
+        return {}
+    per = queues_kernel.per_port(table, float(health["slot_us"]) / 1e6, health.get("ports") or {})
+    run.forget("qslots")
+    for key, q in per.items():
+        if key in series:
+            q["overlimits"] = _delta(series[key]["overlimits"])
+    return per
+
+
 def queues(run: Run, s: Summary) -> None:
+    """Queue figures: from the kernel telemetry where the run has it (it sees every packet), else from the poller."""
     names = ("drops_total", "overlimits_total", "queue_backlog_max_bytes", "queue_backlog_p99_bytes", "queues")
     table = run.table("queues")
     series = _named(table, ("backlog_bytes", *COUNTERS_Q))
     marker = run.table("marks")
-    if not series:
+    kernel = _kernel_queues(run, series)
+    if kernel:
+        _put_queues(s, kernel, marker, "bpf", has_overlimits=bool(series))
+    elif not series:
         for m in names:
             s.na(m, f"no queue samples: {reason(table) or 'queues.csv is empty'}")
         if not marker.empty:
@@ -61,28 +83,17 @@ def queues(run: Run, s: Summary) -> None:
         else:
             s.na("marks_total", f"no queue samples and no marker counters ({reason(marker)})")
         return
-    per: dict[str, dict[str, Any]] = {}
-    for key, rs in series.items():
-        backlog = rs["backlog_bytes"][~np.isnan(rs["backlog_bytes"])]
-        per[key] = {
-            "samples": len(rs["t"]),
-            **{c: _delta(rs[c]) for c in COUNTERS_Q},
-            "backlog_max_bytes": float(backlog.max()) if backlog.size else None,
-            "backlog_p99_bytes": float(np.percentile(backlog, 99)) if backlog.size else None,
-        }
-    s.put("queues", per)
-    for metric, col in (("drops_total", "drops"), ("overlimits_total", "overlimits")):
-        s.put(metric, sum(q[col] or 0 for q in per.values()))
-    s.put("marks_total", _marks_total(per, marker))
-    maxes = [q["backlog_max_bytes"] for q in per.values() if q["backlog_max_bytes"] is not None]
-    p99s = [q["backlog_p99_bytes"] for q in per.values() if q["backlog_p99_bytes"] is not None]
-    if maxes:
-        s.put("queue_backlog_max_bytes", max(maxes))
-        s.put("queue_backlog_p99_bytes", max(p99s))
-        s.put("hottest_queue", max(per, key=lambda k: per[k]["backlog_max_bytes"] or 0))
     else:
-        s.na("queue_backlog_max_bytes", "queues.csv has no backlog_bytes values")
-        s.na("queue_backlog_p99_bytes", "queues.csv has no backlog_bytes values")
+        per: dict[str, dict[str, Any]] = {}
+        for key, rs in series.items():
+            backlog = rs["backlog_bytes"][~np.isnan(rs["backlog_bytes"])]
+            per[key] = {
+                "samples": len(rs["t"]),
+                **{c: _delta(rs[c]) for c in COUNTERS_Q},
+                "backlog_max_bytes": float(backlog.max()) if backlog.size else None,
+                "backlog_p99_bytes": float(np.percentile(backlog, 99)) if backlog.size else None,
+            }
+        _put_queues(s, per, marker, "poller")
     intervals = [np.diff(rs["t"]) for rs in series.values() if len(rs["t"]) > 2]
     if intervals:
         d = np.concatenate(intervals)
@@ -91,6 +102,29 @@ def queues(run: Run, s: Summary) -> None:
         s.put(
             "queue_sampling", {"rate_hz": float(1 / d.mean()), "jitter": float(d.std() / d.mean()), "span_s": hi - lo}
         )
+
+
+def _put_queues(
+    s: Summary, per: dict[str, dict[str, Any]], marker: pd.DataFrame, source: str, has_overlimits: bool = True
+) -> None:
+    """The run's queue figures from per-queue ones, whichever telemetry counted them (``queue_source``)."""
+    s.put("queues", per)
+    s.put("queue_source", source)
+    s.put("drops_total", sum(q["drops"] or 0 for q in per.values()))
+    if has_overlimits:
+        s.put("overlimits_total", sum(q["overlimits"] or 0 for q in per.values()))
+    else:
+        s.na("overlimits_total", "the kernel telemetry does not see overlimits and no poller sampled the queues")
+    s.put("marks_total", _marks_total(per, marker))
+    maxes = [q["backlog_max_bytes"] for q in per.values() if q["backlog_max_bytes"] is not None]
+    p99s = [q["backlog_p99_bytes"] for q in per.values() if q["backlog_p99_bytes"] is not None]
+    if maxes:
+        s.put("queue_backlog_max_bytes", max(maxes))
+        s.put("queue_backlog_p99_bytes", max(p99s))
+        s.put("hottest_queue", max(per, key=lambda k: per[k]["backlog_max_bytes"] or 0))
+    else:
+        s.na("queue_backlog_max_bytes", f"the {source} telemetry has no backlog values")
+        s.na("queue_backlog_p99_bytes", f"the {source} telemetry has no backlog values")
 
 
 def _ports(run: Run) -> dict[str, dict[str, Any]]:

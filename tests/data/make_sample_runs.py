@@ -102,27 +102,29 @@ def scenario(buffer_kb: int, seed: int) -> dict[str, Any]:
     }
 
 
-def kernel_telemetry(rec: RunRecord, seed: int, buf: int, t0: float, hot: str) -> None:
-    """qslots.csv around one incast burst at ``hot`` (100 us slots) and the manifest's qtelem_health: sojourn and
-    dequeue-gap histograms per port. Its own generator, so the other tables are as they were without it."""
+def kernel_telemetry(rec: RunRecord, seed: int, buf: int, t0: float, hot: str, drops: int) -> None:
+    """qslots.csv around one incast burst at ``hot`` (100 us slots) that overflows the buffer by the ``drops`` the
+    poller's rows counted there, and the manifest's qtelem_health: sojourn and dequeue-gap histograms per port. Its
+    own generator, so the other tables are as they were without it."""
     rnd = random.Random(seed + 7)
     qs = rec.table("qslots")
     frame, slot_s = 1514, 100e-6
     backlog = 0
     node, dev = hot.split(":")
-    for k in range(400):  # 40 ms: 12 frames arrive at once at 20 ms, then leave one per 121 us
-        arrive = 12 if k == 200 else (1 if rnd.random() < 0.55 else 0)
+    for k in range(400):  # 40 ms: a buffer's worth of frames arrives at once at 20 ms, then leaves one per 121 us
+        arrive = buf // frame + drops if k == 200 else (1 if rnd.random() < 0.55 else 0)
         leave = min(backlog // frame + arrive, 1)
-        backlog_max = backlog + arrive * frame
-        backlog = min(buf, backlog_max) - leave * frame
+        dropped = max(0, backlog + arrive * frame - buf + frame - 1) // frame
+        backlog_max = backlog + (arrive - dropped) * frame
+        backlog = backlog_max - leave * frame
         if arrive == 0 and leave == 0:
             continue
         soj = [0] * 16
         soj[min(15, 7 + backlog_max // (4 * frame))] = leave
         qs.write(
             {"t": round(t0 + 0.5 + k * slot_s, 6), "node": node, "dev": dev, "backlog_max": backlog_max,
-             "backlog_min": backlog, "qlen_max": backlog_max // frame, "enq_pkts": arrive, "enq_bytes": arrive * frame,
-             "deq_pkts": leave, "deq_bytes": leave * frame, "drops": 0, "marks": 0, "soj_n": leave,
+             "backlog_min": backlog, "backlog_last": backlog, "qlen_max": backlog_max // frame, "enq_pkts": arrive, "enq_bytes": arrive * frame,
+             "deq_pkts": leave, "deq_bytes": leave * frame, "drops": dropped, "marks": 0, "soj_n": leave,
              **{f"soj_b{b}": soj[b] for b in range(16)}}
         )  # fmt: skip
     ports: dict[str, Any] = {}
@@ -374,7 +376,7 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
     rec.set(
         "tc_after", {"l2": f"qdisc bfifo 10: parent 1:1 limit {buf}b\n Sent {tx[hot]} bytes (dropped {drops[hot]})"}
     )
-    kernel_telemetry(rec, seed, buf, t0, hot)
+    kernel_telemetry(rec, seed, buf, t0, hot, drops[hot])
     rec.event("finished", "all jobs done", t=t0 + DUR)
     finish_run(rec)
     return rec.path
