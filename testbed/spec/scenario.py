@@ -70,9 +70,13 @@ class TelemetrySpec:
     @classmethod
     def from_dict(cls, data: Any, path: str) -> TelemetrySpec:
         check_keys(data, TELEMETRY_KEYS, path)
+        queue_hz = number(sub(path, "queue_hz"), data.get("queue_hz", 1000.0), 1.0, 20000.0)
+        link_hz = number(sub(path, "link_hz"), data.get("link_hz", min(100.0, queue_hz)), 1.0, 2000.0)
+        if link_hz > queue_hz:  # the sampler reads the links on some of its queue ticks
+            raise SpecError(sub(path, "link_hz"), f"{link_hz:g} Hz is above queue_hz ({queue_hz:g} Hz)")
         return cls(
-            number(sub(path, "queue_hz"), data.get("queue_hz", 1000.0), 1.0, 20000.0),
-            number(sub(path, "link_hz"), data.get("link_hz", 100.0), 1.0, 2000.0),
+            queue_hz,
+            link_hz,
             number(sub(path, "cpu_hz"), data.get("cpu_hz", 10.0), 0.0, 100.0),
             boolean(sub(path, "bpf_queues"), data.get("bpf_queues", False)),
             number(sub(path, "slot_us"), data.get("slot_us", 100.0), 10.0, 1e6),

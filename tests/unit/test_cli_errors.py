@@ -57,6 +57,11 @@ CASES = {
     "zero-duration": ("name: x\n" + GOOD_FABRIC + "duration: 0\n", ["duration", "must be above 0"]),
     "zero-queue-hz": ("name: x\n" + GOOD_FABRIC + "telemetry: {queue_hz: 0}\n", ["telemetry.queue_hz"]),
     "zero-link-hz": ("name: x\n" + GOOD_FABRIC + "telemetry: {link_hz: 0}\n", ["telemetry.link_hz"]),
+    # this failed after the build (the sampler's ConfigError) instead of before it
+    "link-hz-above-queue-hz": (
+        "name: x\n" + GOOD_FABRIC + "telemetry: {queue_hz: 50, link_hz: 100}\n",
+        ["telemetry.link_hz", "above queue_hz (50 Hz)"],
+    ),
     "huge-size": (
         "name: x\n" + GOOD_FABRIC + "workload: [{kind: allreduce, name: ar, size: 1e18}]\n",
         ["workload[0].size", "above the job's timeout"],

@@ -241,3 +241,12 @@ def test_file_errors_are_one_line(tmp_path: Path) -> None:
     assert "must hold a mapping" in exc.reason
     exc = spec_error(lambda: load_scenario_file(write(tmp_path, "")))
     assert "must hold a mapping" in exc.reason
+
+
+def test_link_rate_defaults_to_the_queue_rate_when_that_is_lower() -> None:
+    """A scenario that lowers queue_hz below 100 Hz need not lower link_hz too (the sampler reads links on queue
+    ticks, so a link rate above the queue rate is refused: test_cli_errors)."""
+    from testbed.spec.scenario import TelemetrySpec
+
+    assert TelemetrySpec.from_dict({"queue_hz": 50}, "telemetry").link_hz == 50.0
+    assert TelemetrySpec.from_dict({"queue_hz": 500}, "telemetry").link_hz == 100.0
