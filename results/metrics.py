@@ -21,7 +21,7 @@ from results.stats import jain_index, percentiles
 from results.summary import Summary
 from results.tables import numbers, reason, records
 
-SUMMARY_SCHEMA = "testbed-summary/1"
+SUMMARY_SCHEMA = "testbed-summary/2"
 
 
 def _timed(df: pd.DataFrame, start: str = "t_start", end: str = "t_end") -> pd.Series:

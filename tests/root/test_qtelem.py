@@ -220,6 +220,15 @@ def test_a_run_with_bpf_queues_records_its_slots(tmp_path: Path) -> None:
     # the reader is budgeted under its own role (its CPU in a 3 s window can round to 0 clock ticks)
     roles = {p["name"]: p["role"] for p in manifest["cpu_budget"]["processes"]}
     assert roles.get("telemetry-qslots") == "qtelem" and "qtelem" in manifest["cpu_budget"]["harness_by_role"]
+    # the summary's queue figures come from the kernel and read as the poller's do: drops equal, the poller's
+    # highest sample within a frame of the kernel's max (tc reads backlog and qlen apart), never above it
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["queue_source"] == "bpf"
+    for key, k in summary["queues"].items():
+        node, dev = key.split(":")
+        rows = queues[(queues["node"] == node) & (queues["dev"] == dev)]
+        assert k["drops"] == float(rows["drops"].iloc[-1] - rows["drops"].iloc[0]), key
+        assert float(rows["backlog_bytes"].max()) <= k["backlog_max_bytes"] + 9014, key  # MTU 9000
 
 
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 is not installed")
