@@ -15,7 +15,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from testbed.preflight.flows import flow_paths
-from testbed.preflight.model import FALLBACK, CostModel, forwarding_core_s, packets, sampler_core_s, sampler_rows_per_s
+from testbed.preflight.model import (
+    FALLBACK,
+    CostModel,
+    forwarding_core_s,
+    packets,
+    qtelem_core_s,
+    sampler_core_s,
+    sampler_rows_per_s,
+)
 from testbed.preflight.timeline import intervals
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.topology import Topology
@@ -36,7 +44,7 @@ class Estimate:
     load_mtu9000: float  # forwarding at MTU 9000
     cores: int
     mtu: int
-    sampler_load: float = 0.0  # the queue sampler's share of all cores (0 without telemetry)
+    sampler_load: float = 0.0  # the queue telemetry's share of all cores: the poller, and the kernel's (bpf_queues)
     sampler_rows_per_s: float = 0.0
     namespaces: int = 0
     queue_hz: float = 0.0
@@ -96,6 +104,8 @@ def _phase_estimate(
     link_hz = float(getattr(telemetry, "link_hz", 0.0) or 0.0) if telemetry is not None else 0.0
     rows = sampler_rows_per_s(paths, link_bps, mtu, len(topo.ports()), queue_hz, link_hz) if queue_hz > 0 else 0.0
     samp = sampler_core_s(namespaces, rows, queue_hz, model)
+    if getattr(telemetry, "bpf_queues", False):
+        samp += qtelem_core_s(cross)
     return Estimate(
         len(paths),
         offered,

@@ -7,11 +7,11 @@ own TCP work is inside those two coefficients, because they are fitted to whole 
 packet on average: flows under one leaf cost a little more than the model says, flows across a spine a little
 less).
 
-Queue sampler (the harness's own largest cost, not forwarding): per tick of ``telemetry.queue_hz`` a fixed part
+Queue telemetry (the harness's own largest cost, not forwarding). The poller: per tick of ``telemetry.queue_hz`` a fixed part
 plus one netlink dump per namespace, plus a cost per row written. A queue gets a row in a tick when its counters
 moved (a packet left it since the last tick: probability 1 - exp(-pps / hz)), else every keyframe (0.1 s);
 links.csv likewise at ``link_hz``, per interface. The traffic processes' own user time (Python workers, iperf3's)
-is not modelled.
+is not modelled. The kernel telemetry (``bpf_queues``): a cost per packet per queue passed (QTELEM_PER_CROSSING_S).
 
 The coefficients come from ``testbed calibrate``, cached per machine: ``testbed.calibrate.cache.current_model``.
 """
@@ -36,6 +36,10 @@ SAMPLER_PER_TICK_S = 1.1e-4  # core-seconds per sampler tick (the loop, the link
 SAMPLER_PER_NETNS_S = 1.8e-5  # core-seconds per namespace per tick (one RTM_GETQDISC dump)
 SAMPLER_PER_ROW_S = 1.4e-5  # core-seconds per row written (queues.csv, links.csv)
 KEYFRAME_S = 0.1  # the sampler writes an unchanged queue or link this often (SamplerConfig.keyframe_s)
+# The kernel queue telemetry (telemetry.bpf_queues): core-seconds per packet per queue it passes (its enqueue and
+# dequeue programs, the dequeues of nothing between, and the reader's share of the slot it closes): bench.qtelem_cost
+# measured 0.9-1.25 us of programs and 0.15-0.36 us of reader per enqueued packet on the default fabric (6 runs)
+QTELEM_PER_CROSSING_S = 1.5e-6
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,11 @@ def sampler_rows_per_s(
         links += 2 * p.veths * _changed(data + acks, link_hz)  # both ends of every veth count the packets
     keyframes = ports / KEYFRAME_S
     return min(ports * queue_hz, queues * queue_hz + keyframes) + min(ports * link_hz, links * link_hz + keyframes)
+
+
+def qtelem_core_s(crossings_per_s: float) -> float:
+    """Core-seconds per second of the kernel queue telemetry when ``crossings_per_s`` packets pass queues."""
+    return crossings_per_s * QTELEM_PER_CROSSING_S
 
 
 def sampler_core_s(namespaces: int, rows_per_s: float, queue_hz: float, model: CostModel) -> float:

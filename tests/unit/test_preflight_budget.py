@@ -399,3 +399,16 @@ def test_round_down_keeps_two_significant_digits() -> None:
     assert budget._round_down(9.99e6) == 9.9e6
     assert budget._round_down(0) == 0.0
     assert math.isclose(budget._round_down(1e6), 1e6)
+
+
+def test_the_kernel_telemetry_is_charged_per_packet_per_queue() -> None:
+    """bpf_queues adds its programs' and reader's cost (bench.qtelem_cost) to the telemetry's share."""
+    from testbed.spec.scenario import load_scenario
+
+    point = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "default.yaml")
+    tele = point.telemetry
+    on = pf_load.estimate(point.fabric, point.workload, telemetry=dataclasses.replace(tele, bpf_queues=True))
+    off = pf_load.estimate(point.fabric, point.workload, telemetry=dataclasses.replace(tele, bpf_queues=False))
+    extra = (on.sampler_load - off.sampler_load) * on.cores
+    assert on.crossings_per_s > 0
+    assert extra == pytest.approx(on.crossings_per_s * pf_model.QTELEM_PER_CROSSING_S)
