@@ -48,19 +48,15 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _mn_cli(args: argparse.Namespace) -> int:
-    from testbed.fabric.build import Fabric
-    from testbed.host.mininet_compat import import_mininet
+    from testbed.labcli import open_cli
+    from testbed.machine import probe
+    from testbed.run import preflight
     from testbed.spec.scenario import load_scenario
 
     scenario = load_scenario(args.scenario)
-    import_mininet()
-    from mininet.cli import CLI
-
-    with Fabric(scenario.fabric) as fab:
-        print(f"fabric {fab.prefix}: {len(fab.hosts)} hosts; namespaces are {fab.prefix}-<node>; type `help` or `exit`")
-        for name, h in fab.hosts.items():
-            print(f"  {name:10s} {h.ip:14s} leaf {h.leaf}")
-        CLI(fab.mininet)
+    caps = probe()
+    preflight(scenario, caps)  # one line and exit 2 before anything is built
+    open_cli(scenario, Path(args.out), caps)
     return 0
 
 
@@ -119,6 +115,7 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=_clean)
     m = sub.add_parser("cli", help="build a scenario's fabric and open the Mininet CLI on it")
     m.add_argument("scenario")
+    m.add_argument("-o", "--out", default="runs/cli", help="where `run JOB` at the prompt records (default runs/cli)")
     m.set_defaults(fn=_mn_cli)
     for name, helptext in (
         ("run", "run a scenario (every sweep point) and report"),

@@ -7,6 +7,7 @@ was faithful.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -14,6 +15,8 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +152,24 @@ def run_point(
 
     ``retake_of`` names the earlier records of this point that failed a fidelity guardrail (manifest ``retake_of``)."""
 
+    scenario, record = _create_record(scenario, out, caps, retake_of)
+    extra_cc = frozenset(str(j.cc) for j in scenario.workload if getattr(j, "cc", None))
+    return _record_point(
+        record, scenario, caps, lambda: Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc)
+    )
+
+
+def run_on_built(fab: Fabric, scenario: Scenario, out: Path, caps: Capabilities) -> RunResult:
+    """Run ``scenario``'s workload on a fabric built already (the CLI's ``run JOB``), recorded as ``run_point``
+    records a point; the fabric stays up."""
+    scenario, record = _create_record(scenario, out, caps, None)
+    return _record_point(record, scenario, caps, lambda: contextlib.nullcontext(fab))
+
+
+def _create_record(
+    scenario: Scenario, out: Path, caps: Capabilities, retake_of: list[str] | None
+) -> tuple[Scenario, RunRecord]:
+    """The point as it will run here (its telemetry fitted to a guest) and its new record."""
     telemetry, fit_notes = guestfit.fit_telemetry(scenario.telemetry)
     scenario = dataclasses.replace(scenario, telemetry=telemetry)
     record = RunRecord.create(
@@ -169,13 +190,19 @@ def run_point(
             **({"retake_of": retake_of} if retake_of else {}),
         },
     )
+    return scenario, record
+
+
+def _record_point(
+    record: RunRecord, scenario: Scenario, caps: Capabilities, fabric: Callable[[], AbstractContextManager[Fabric]]
+) -> RunResult:
+    """Run the point on ``fabric()`` (entered and left here) into ``record``, judge and summarize it."""
     try:
         record.set("preflight", manifest_entry(scenario.fabric, scenario.workload, caps, scenario.telemetry))
 
         for i, job in enumerate(scenario.workload):  # refuse before building
             make_generator(job, i).check(caps)
-        extra_cc = frozenset(str(j.cc) for j in scenario.workload if getattr(j, "cc", None))
-        with Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc) as fab:
+        with fabric() as fab:
             _run_on_fabric(record, scenario, fab, caps)
         window = record.manifest.get("traffic_window")
         record.flush()  # the guardrails read the tables from disk, once: the summary reads the same frames

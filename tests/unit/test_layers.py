@@ -24,7 +24,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fabric", ("testbed.fabric",)),
     ("runtime", ("testbed.telemetry", "traffic", "testbed.calibrate", "testbed.preflight", "testbed.vm")),
     ("results", ("results",)),
-    ("top", ("testbed.run", "testbed.cli", "testbed.__main__", "testbed.pytest_plugin", "testbed.machine", "bench")),
+    (
+        "top",
+        (
+            "testbed.run",
+            "testbed.cli",
+            "testbed.labcli",
+            "testbed.__main__",
+            "testbed.pytest_plugin",
+            "testbed.machine",
+            "bench",
+        ),
+    ),
 )
 
 
