@@ -186,13 +186,17 @@ class FabricCLI(CLI):  # type: ignore[misc]  # Mininet is untyped
 
 
 def _on_hangup(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # leaves the CLI; the fabric's context manager tears it down
+    """Leave the CLI; the fabric's context manager tears it down, and no later signal may cut that short (a closing
+    terminal, or pexpect, follows SIGHUP with SIGCONT and SIGINT)."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
 
 
 def open_cli(scenario: Scenario, out: Path, caps: Capabilities, **kw: Any) -> None:
     """Build the scenario's fabric, open the CLI on it, tear it down when the CLI ends (exit, EOF, signals)."""
     extra_cc = frozenset(str(j.cc) for j in scenario.workload if getattr(j, "cc", None))
-    old = signal.signal(signal.SIGHUP, _on_hangup)
+    old = signal.signal(signal.SIGHUP, _on_hangup)  # SIGTERM: the fabric's own handler (testbed.fabric.build)
     try:
         with Fabric(scenario.fabric, caps, extra_cc=extra_cc) as fab:
             sync(fab.mininet, fab.topo, fab.netns)
