@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
                     if kind == "poller":
                         r = poller_run(fab, out, args.seconds)
                     else:
-                        r = bpf_run(fab, out, args.seconds, args.slot_us, args.baseline if "base" in kind else None)
+                        r = bpf_run(
+                            fab, out, args.seconds, args.slot_us, args.baseline if kind == "bpf-baseline" else None
+                        )
                     results.append(r)
                     print(json.dumps(r), flush=True)
             agree = both_run(fab, d / "both", args.seconds, args.slot_us)

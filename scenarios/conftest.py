@@ -229,9 +229,9 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
     from testbed.vm.guestfit import under_tcg
 
     def run(name: str, data: dict[str, Any] | None = None, **overrides: Any) -> Experiment:
-        key = (name, repr(sorted(overrides.items())))
-        if data is None and key in SESSION_RUNS:  # the lab sheets' test reads the scenario tests' runs
-            return SESSION_RUNS[key]
+        run_key = (name, repr(sorted(overrides.items())))
+        if data is None and run_key in SESSION_RUNS:  # the lab sheets' test reads the scenario tests' runs
+            return SESSION_RUNS[run_key]
         scenario = copy.deepcopy(data) if data is not None else load(name)
         for key, value in overrides.items():
             _set(scenario, key, value)
@@ -265,7 +265,7 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
             pytest.fail(f"{name}: " + "\n  ".join(problems) + f"\n  report: {report}", pytrace=False)
         exp = Experiment(name, points, report / "report.html", sweep=copy.deepcopy(scenario.get("sweep") or {}))
         if data is None:
-            SESSION_RUNS[key] = exp
+            SESSION_RUNS[run_key] = exp
         return exp
 
     yield run

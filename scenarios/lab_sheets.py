@@ -1,5 +1,5 @@
 """A lab sheet (docs/labs/*.md) as the steps a test executes: its run command, its CLI session, its one change and
-what the instructor should expect (pure: parsing, the edit, the checks; scenarios/test_labs.py runs them).
+what the instructor should expect (pure: parsing, the edit, the checks; scenarios/test_teaching_labs.py runs them).
 
 A sheet marks them in fenced blocks:
 - a plain block whose line is ``python3 -m testbed run scenarios/X.yaml -o runs/labN``: the run;

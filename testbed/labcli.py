@@ -22,6 +22,7 @@ from testbed.fabric.build import Fabric
 from testbed.fabric.mininet_view import sync
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
+from testbed.run import job_ccs, run_on_built
 from testbed.spec.scenario import Scenario
 from traffic.iperf import listening
 
@@ -163,8 +164,6 @@ class FabricCLI(CLI):  # type: ignore[misc]  # Mininet is untyped
         point = dataclasses.replace(self.scenario, name=f"{self.scenario.name}-{name}", workload=(jobs[name],))
 
         def body() -> None:
-            from testbed.run import run_on_built
-
             res = run_on_built(self.fab, point, self.out, self.caps)
             self.records.append(res.path)
             output(
@@ -195,7 +194,7 @@ def _on_hangup(signum: int, frame: FrameType | None) -> None:
 
 def open_cli(scenario: Scenario, out: Path, caps: Capabilities, **kw: Any) -> None:
     """Build the scenario's fabric, open the CLI on it, tear it down when the CLI ends (exit, EOF, signals)."""
-    extra_cc = frozenset(str(j.cc) for j in scenario.workload if getattr(j, "cc", None))
+    extra_cc = job_ccs(scenario.workload)
     old = signal.signal(signal.SIGHUP, _on_hangup)  # SIGTERM: the fabric's own handler (testbed.fabric.build)
     try:
         with Fabric(scenario.fabric, caps, extra_cc=extra_cc) as fab:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,10 +153,15 @@ def run_point(
     ``retake_of`` names the earlier records of this point that failed a fidelity guardrail (manifest ``retake_of``)."""
 
     scenario, record = _create_record(scenario, out, caps, retake_of)
-    extra_cc = frozenset(str(j.cc) for j in scenario.workload if getattr(j, "cc", None))
+    extra_cc = job_ccs(scenario.workload)
     return _record_point(
         record, scenario, caps, lambda: Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc)
     )
+
+
+def job_ccs(workload: Sequence[Any]) -> frozenset[str]:
+    """The congestion controls the jobs set per socket, which the fabric must allow beyond the hosts' default."""
+    return frozenset(str(j.cc) for j in workload if getattr(j, "cc", None))
 
 
 def run_on_built(fab: Fabric, scenario: Scenario, out: Path, caps: Capabilities) -> RunResult:
