@@ -40,6 +40,9 @@ MIN_SLOT_NS = 10_000
 RING_MEMORY_CAP = 64 << 20  # bytes of ring over all ports
 RING_MARGIN = 64  # slots below the head that the reader never trusts (the writer may be filling one)
 DRAIN_S = 0.25  # a reader drains four times a second: a ring holds two drains (ring_slots_for)
+# a port's netdev group is GROUP_BASE + its id: how the program finds the port (qtelem.bpf.c's port_cfg). One
+# kernel telemetry per fabric at a time: a second would renumber the first's ports.
+GROUP_BASE = 0x51E70000
 
 SLOT_DTYPE = np.dtype(
     [
@@ -187,6 +190,20 @@ def _port_key(port: QtPort) -> tuple[int, int]:
     return ino, int(ifindex)
 
 
+def _set_group(port: QtPort, ifindex: int, group: int) -> None:
+    """Give the port's device the netdev group that names its id to the program (IFLA_GROUP)."""
+    from pyroute2 import IPRoute
+
+    def put() -> None:
+        with IPRoute() as ipr:
+            ipr.link("set", index=ifindex, group=group)
+
+    try:
+        run_in_netns(port.netns, put)
+    except Exception as exc:  # pyroute2's NetlinkError, or the namespace gone
+        raise QtelemError(f"{port.node}:{port.dev}: cannot set its netdev group ({exc})") from None
+
+
 def _find_map(lib: ctypes.CDLL, obj: int, name: str) -> int:
     m = lib.bpf_object__find_map_by_name(obj, name.encode())
     if not m:
@@ -265,16 +282,15 @@ class QueueTelemetry:
     def _attach(self, obj: int, stash: bool) -> None:
         lib = self._lib
         fd = {n: lib.bpf_map__fd(_find_map(lib, obj, n)) for n in ("cfg", "ports", "state", "ring")}
-        # struct qt_cfg: slot_ns, then ring_slots and flags (two u32 in one little-endian u64)
-        cfg = (ctypes.c_uint64 * 2)(self.slot_ns, self.ring_slots | (CFG_STASH if stash else 0) << 32)
+        # struct qt_cfg: slot_ns, then ring_slots, flags, group_base and a pad (pairs of u32 in little-endian u64s)
+        cfg = (ctypes.c_uint64 * 3)(self.slot_ns, self.ring_slots | (CFG_STASH if stash else 0) << 32, GROUP_BASE)
         self._update(fd["cfg"], ctypes.c_uint32(0), cfg)
         for i, port in enumerate(self.ports):
             ino, ifindex = _port_key(port)
-            self._update(
-                fd["ports"],
-                (ctypes.c_uint32 * 2)(ino, ifindex),
-                (ctypes.c_uint64 * 3)(i, port.ns_per_byte_q16, port.late_ns),
-            )
+            # struct port_cfg: netns and ifindex (one u64), ns_per_byte_q16, late_ns
+            value = (ctypes.c_uint64 * 3)(ino | ifindex << 32, port.ns_per_byte_q16, port.late_ns)
+            self._update(fd["ports"], ctypes.c_uint32(i), value)
+            _set_group(port, ifindex, GROUP_BASE + i)
         self._state = self._mmap(fd["state"], MAX_PORTS * STATE_DTYPE.itemsize)
         self._ring = self._mmap(fd["ring"], len(self.ports) * self.ring_slots * SLOT_DTYPE.itemsize)
         self.state = np.frombuffer(self._state, dtype=STATE_DTYPE, count=MAX_PORTS)

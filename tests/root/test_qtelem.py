@@ -21,7 +21,7 @@ import pytest
 from bench.benchnet import LineNet, line_net
 from testbed.host.procs import ProcessGroup
 from testbed.telemetry.netns import run_in_netns
-from testbed.telemetry.qtelem import COMPAT_OBJECT, OBJECT, QtPort, QueueTelemetry
+from testbed.telemetry.qtelem import COMPAT_OBJECT, GROUP_BASE, OBJECT, QtPort, QueueTelemetry
 from tests.waiting import wait_listening, wait_until
 
 pytestmark = [
@@ -275,6 +275,47 @@ def test_marks_equal_the_ebpf_markers(net: LineNet, tmp_path: Path) -> None:
     assert after["10:"]["drops"] == before["10:"]["drops"], "the 300 KB buffer dropped: marks cannot be compared"
     assert marked > 100, f"the marker marked {marked}: the queue never passed K"
     assert int(slots["marks"].sum()) == int(tot["marks_seen"]) == marked
+
+
+def _group(ns: str, dev: str, group: int) -> None:
+    subprocess.run(["ip", "-n", ns, "link", "set", "dev", dev, "group", str(group)], check=True)
+
+
+def test_only_the_ports_own_device_counts(net: LineNet) -> None:
+    """The program finds a port by its device's netdev group, then checks the namespace and ifindex: a device that
+    carries the same group, with the same ifindex in another namespace (rtr's r0 and s0 are both ifindex 2) or in
+    the port's own namespace, is not counted. Port: snd's s0 (shaped for the test); decoys r0 (rcv -> snd) and
+    r1 (snd -> rcv), both given the port's group after the telemetry set it."""
+    idx = {d: run_in_netns(ns, lambda d=d: socket.if_nametoindex(d)) for ns, d in ((net.snd, "s0"), (net.rtr, "r0"))}
+    assert idx["s0"] == idx["r0"], idx
+    for ns, dev in ((net.snd, "s0"), (net.rtr, "r0")):  # htb: an empty pfifo is bypassed, firing no tracepoint
+        _tc(ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+        _tc(ns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "100mbit")
+    fwd = run_in_netns(net.snd, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+    back = run_in_netns(net.rcv, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+    try:
+        with fwd, back, QueueTelemetry([QtPort(net.snd, "s0", RATE, "snd")], slot_ns=100_000) as qt:
+            for ns, dev in ((net.rtr, "r0"), (net.rtr, "r1")):
+                _group(ns, dev, GROUP_BASE)  # the group the telemetry gave s0 (port id 0)
+            for sock, dst in ((fwd, net.rcv_ip), (back, "10.77.1.1")):  # resolve the neighbours both ways
+                sock.sendto(b"w", (dst, 9))
+            wait_until(lambda: int(qt.state["deq_seen"][0]) >= 1 and _idle(net.snd, "s0"), 10, "warm-up")
+            base = int(qt.totals()[0]["enq_seen"])
+            tc0 = _tc_stats(net.snd, "s0")["1:"]["packets"]
+            for _ in range(20):
+                fwd.sendto(b"f" * 500, (net.rcv_ip, 9))
+                back.sendto(b"b" * 500, ("10.77.1.1", 9))
+            wait_until(lambda: _tc_stats(net.snd, "s0")["1:"]["packets"] - tc0 >= 20, 10, "the 20 sent")
+            wait_until(lambda: int(qt.state["deq_seen"][0]) - base >= 20, 10, "the 20 counted")
+            counted = int(qt.totals()[0]["enq_seen"]) - base
+            sent = _tc_stats(net.snd, "s0")["1:"]["packets"] - tc0
+    finally:
+        for ns, dev in ((net.rtr, "r0"), (net.rtr, "r1")):
+            _group(ns, dev, 0)
+        _tc(net.snd, "qdisc", "del", "dev", "s0", "root")
+        _tc(net.rtr, "qdisc", "del", "dev", "r0", "root")
+    # tc's count at s0 (the 20, and any ARP in between); a decoy counted would add its 20 to the program's
+    assert counted == sent and 20 <= sent < 40, (counted, sent)
 
 
 def test_availability_loads_the_programs() -> None:

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Queue telemetry where the packets are: qdisc enqueue/dequeue tracepoints (tp_btf), per port and time slot.
  *
- * Only the run's ports count: `ports` maps (netns inode, ifindex) to a port id that userspace fills. Both
+ * Only the run's ports count: userspace gives each a netdev group that names its id (see port_cfg). Both
  * tracepoints fire for the device's root qdisc (HTB here), under its lock, so one port's state is never
  * written by two CPUs at once. An event in a new slot closes the open one: it is copied into the port's ring
  * (an mmapable array that userspace reads in bulk) and its head advances. An idle port costs nothing.
@@ -38,14 +38,12 @@
 #define SLOT_SOJ 0x80000000U   /* slot.port: the slot counted a sojourn, so its histogram line was written */
 #define CFG_STASH 1            /* qt_cfg.flags: the ECN stash hooks are attached (a port marks with kernel RED) */
 
-struct port_key {
-	__u32 netns;
-	__u32 ifindex;
-};
-
+/* Which port a device is: userspace sets each port's netdev group to group_base + its id (IFLA_GROUP), so an event
+ * finds its port by two loads and an array index, then checks the namespace and ifindex (another run's devices may
+ * carry the same groups). A hash lookup by (netns, ifindex) cost 70-110 ns per event. */
 struct port_cfg {
-	__u32 id;
-	__u32 pad;
+	__u32 netns;   /* network namespace inode: 0 for an unused id */
+	__u32 ifindex;
 	__u64 ns_per_byte_q16; /* transmission time of a byte at the port's rate, in ns x 2^16 (0: rate unknown) */
 	__u64 late_ns; /* a dequeue gap this much over the ideal counts in gap_late (one frame time; 0: not counted) */
 };
@@ -102,6 +100,8 @@ struct qt_cfg {
 	__u64 slot_ns;
 	__u32 ring_slots; /* per port, a power of two */
 	__u32 flags;      /* CFG_STASH */
+	__u32 group_base; /* port id = device group - group_base */
+	__u32 pad;
 };
 
 struct {
@@ -112,9 +112,9 @@ struct {
 } cfg SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_PORTS);
-	__type(key, struct port_key);
+	__type(key, __u32);
 	__type(value, struct port_cfg);
 } ports SEC(".maps");
 
@@ -198,15 +198,21 @@ static __always_inline __u32 segs_of(struct sk_buff *skb)
 	return segs ? segs : 1;
 }
 
-static __always_inline struct port_cfg *port_of(struct net_device *dev)
+static __always_inline struct port_cfg *port_of(struct net_device *dev, __u32 *id)
 {
-	struct port_key key = {};
+	__u32 zero = 0;
+	struct qt_cfg *c = bpf_map_lookup_elem(&cfg, &zero);
+	struct port_cfg *p;
 
-	if (!dev)
+	if (!dev || !c)
 		return 0;
-	key.netns = dev->nd_net.net->ns.inum;
-	key.ifindex = dev->ifindex;
-	return bpf_map_lookup_elem(&ports, &key);
+	*id = dev->group - c->group_base;
+	if (*id >= MAX_PORTS)
+		return 0;
+	p = bpf_map_lookup_elem(&ports, id);
+	if (!p || p->ifindex != dev->ifindex || p->netns != dev->nd_net.net->ns.inum)
+		return 0;
+	return p;
 }
 
 /* floor(log2(v)) + 1 for v > 0, 0 for v = 0 (bucket b holds values below 2^b), capped at n - 1 */
@@ -322,16 +328,16 @@ static __always_inline int ecn_before(struct sk_buff *skb)
 
 /* One event at a port of the run: the port's state with its open slot for now, accounted; 0 for other ports */
 static __always_inline struct port_state *event(struct Qdisc *q, struct net_device *dev, struct port_cfg **cfg,
-						__u64 *now, __u32 *backlog)
+						__u32 *id, __u64 *now, __u32 *backlog)
 {
 	struct port_state *st;
 
-	*cfg = port_of(dev);
+	*cfg = port_of(dev, id);
 	if (!*cfg)
 		return 0;
 	*now = bpf_ktime_get_ns();
 	*backlog = q->qstats.backlog;
-	st = slot_for((*cfg)->id, *now, *backlog);
+	st = slot_for(*id, *now, *backlog);
 	if (st)
 		account(st, q, *backlog);
 	return st;
@@ -360,8 +366,8 @@ int BPF_PROG(qt_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct
 	struct port_cfg *cfg;
 	struct fifo_ent *e;
 	__u64 now;
-	__u32 backlog, segs, idx;
-	struct port_state *st = event(q, dev, &cfg, &now, &backlog);
+	__u32 id, backlog, segs, idx;
+	struct port_state *st = event(q, dev, &cfg, &id, &now, &backlog);
 
 	if (!st)
 		return 0;
@@ -375,7 +381,7 @@ int BPF_PROG(qt_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct
 		st->cur.marks += segs;
 		st->marks_seen += segs;
 	}
-	idx = cfg->id * FIFO_N + (__u32)(st->fifo_enq & (FIFO_N - 1));
+	idx = id * FIFO_N + (__u32)(st->fifo_enq & (FIFO_N - 1));
 	e = bpf_map_lookup_elem(&fifo, &idx);
 	if (e) {
 		e->skb = (__u64)skb;
@@ -448,11 +454,11 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 	struct port_state *st;
 	struct sk_buff *s = skb;
 	__u64 now, deq_len, left, base;
-	__u32 backlog;
+	__u32 id, backlog;
 
 	if (!skb)
 		return 0;
-	st = event(q, dev, &cfg, &now, &backlog);
+	st = event(q, dev, &cfg, &id, &now, &backlog);
 	if (!st)
 		return 0;
 	deq_len = skb->len; /* bytes of this dequeue (all of a bulk's skbs) */
@@ -474,7 +480,7 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 	left = q->q.qlen + (packets > 0 ? packets : 1); /* skbs queued before this dequeue */
 	base = st->fifo_enq > left ? st->fifo_enq - left : 0;
 	for (int i = 0; i < BULK_MAX && i < packets && s; i++) {
-		dequeued(st, cfg->id, s, dev, now, base + i);
+		dequeued(st, id, s, dev, now, base + i);
 		if (i > 0)
 			deq_len += s->len;
 		s = s->next;
