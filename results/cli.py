@@ -18,11 +18,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from results import nccl_tests
 from results.compare import compare, to_markdown, to_text, write_csv
 from results.html import reading, render
 from results.metrics import SUMMARY_SCHEMA
 from results.plots import make_plots
-from results.record import RecordError, Run, find_runs
+from results.record import NCCL_TESTS, RecordError, Run, find_runs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,6 +91,11 @@ def report_main(argv: list[str]) -> int:
     write_csv(cmp, out / "comparison.csv")
     (out / "comparison.md").write_text(to_markdown(cmp), encoding="utf-8")
     written = [out / "comparison.csv", out / "comparison.md"]
+    sweeps = nccl_tests.report_text(cmp.rows)
+    if sweeps:
+        print(sweeps)
+        (out / NCCL_TESTS).write_text(sweeps, encoding="utf-8")
+        written.append(out / NCCL_TESTS)
     if not args.no_plots:
         plots = make_plots(cmp, out / "plots")
         for name, reason in plots.skipped.items():

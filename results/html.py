@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from results import nccl_tests
 from results.compare import Comparison, Row, cell_text, fmt, table_cells
 from results.plots import Plots
 
@@ -162,6 +163,14 @@ def _runs(cmp: Comparison) -> str:
     return "\n".join(out) + "</table>"
 
 
+def _sweeps(cmp: Comparison) -> list[str]:
+    """The size sweeps in nccl-tests' layout (results.nccl_tests), to read beside a cluster's nccl-tests output."""
+    text = nccl_tests.report_text(cmp.rows)
+    if not text:
+        return []
+    return ["<h2>Size sweeps (nccl-tests layout)</h2>", f"<pre>{html.escape(text)}</pre>"]
+
+
 def render(cmp: Comparison, plots: Plots, title: str | None = None) -> str:
     names = sorted({str(r.manifest.get("scenario_name")) for row in cmp.rows for r in row.runs})
     title = title or f"Testbed report: {', '.join(names)}"
@@ -181,6 +190,7 @@ def render(cmp: Comparison, plots: Plots, title: str | None = None) -> str:
             _table(cmp),
             "<h2>Figures</h2>",
             _figures(plots),
+            *_sweeps(cmp),
             "<h2>Scenario</h2>",
             "<p>Variant keys and their values per row:</p>",
             _pre(variants),

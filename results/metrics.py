@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from results import metrics_fabric
-from results.record import SUMMARY, Run, RunRecord, load_run, write_json_atomic
+from results import metrics_fabric, nccl_tests
+from results.record import NCCL_TESTS, SUMMARY, Run, RunRecord, load_run, write_json_atomic
 from results.stats import jain_index, percentiles
 from results.summary import Summary
 from results.tables import numbers, reason, records
 
-SUMMARY_SCHEMA = "testbed-summary/2"
+SUMMARY_SCHEMA = "testbed-summary/3"
 
 
 def _timed(df: pd.DataFrame, start: str = "t_start", end: str = "t_end") -> pd.Series:
@@ -84,6 +84,12 @@ def _collective_stats(rows: pd.DataFrame) -> dict[str, float | None]:
     return out
 
 
+def _largest_size(rows: pd.DataFrame) -> pd.Series:
+    """Each job's iterations of its largest size: a size sweep's headline figures are its bandwidth-bound end."""
+    size = numbers(rows, "size_bytes").fillna(0)
+    return size == size.groupby(rows["job"].astype(str)).transform("max")
+
+
 def _median(a: np.ndarray) -> float | None:
     return float(np.nanmedian(a)) if np.isfinite(a).any() else None
 
@@ -103,9 +109,15 @@ def collectives(run: Run, s: Summary) -> None:
     rows = table[~warm & _timed(table)]
     if rows.empty:
         why = reason(table) or "only warm-up iterations were recorded"
-        for m in names:
+        for m in (*names, "nccl_tests"):
             s.na(m, f"no measured collective iterations: {why}")
         return
+    tables = nccl_tests.size_tables(rows, (run.manifest.get("scale") or {}).get("factor"))
+    if tables:
+        s.put("nccl_tests", tables)
+    else:
+        s.na("nccl_tests", "no collective job (no busbw factor)")
+    rows = rows[_largest_size(rows)]
     st = _collective_stats(rows)
     s.put("coll_iters_n", int(st["n"] or 0))
     s.put("coll_iter_p50_s", st["p50_s"])
@@ -258,8 +270,12 @@ def summarize(run: Run) -> dict[str, Any]:
 
 
 def write_summary(run: Run) -> dict[str, Any]:
+    """summary.json, and nccl_tests.txt (the collective jobs in nccl-tests' layout) where the run has them."""
     summary = summarize(run)
     write_json_atomic(run.path / SUMMARY, summary)
+    if summary.get("nccl_tests"):
+        text = "".join(nccl_tests.format_table(job, t) for job, t in summary["nccl_tests"].items())
+        (run.path / NCCL_TESTS).write_text(text)
     return summary
 
 

@@ -29,6 +29,7 @@ from testbed.spec.schemas import SCHEMAS, TEXT
 SCHEMA = "testbed-run/1"
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
+NCCL_TESTS = "nccl_tests.txt"  # the collective jobs in nccl-tests' layout (results.nccl_tests)
 STATUSES = ("running", "complete", "failed", "incomplete")
 
 

@@ -92,6 +92,8 @@ class RankedGenerator(ProcGenerator):
         if isinstance(s, CollectiveJob):
             cfg.update(algorithm=s.algorithm, size=s.size, wire_size=s.wire_size, slice=s.slice, bucket=s.bucket)
             cfg["channels"] = s.channels
+            if s.sizes:
+                cfg["sizes"] = list(s.wire_sizes)
         elif isinstance(s, PsJob):
             cfg.update(algorithm="sharded", workers=len(s.workers), servers=len(s.servers), size=s.size, slice=s.slice)
         else:
@@ -118,14 +120,15 @@ class RankedGenerator(ProcGenerator):
         return parse_ranked(raw_dir, self.name)
 
 
-def _ideal(cfg: dict[str, Any]) -> tuple[float, float | None]:
+def _ideal(cfg: dict[str, Any], size: int) -> tuple[float, float | None]:
+    """The ideal time of one iteration moving ``size`` bytes (collectives' wire size), and the busbw factor."""
     n, rate, kind = len(cfg["hosts"]), cfg["payload_Bps"], cfg["kind"]
     if kind == "ps":
         return formulas.ps_ideal_time(cfg["workers"], cfg["servers"], cfg["size"], rate), None
     if kind == "pipeline":
         p = cfg["pipeline"]
         return formulas.pipeline_ideal_time(n, p["microbatches"], p["compute"], p["compute_bwd"]), None
-    ideal = formulas.ideal_time(kind, cfg["algorithm"], n, cfg["wire_size"], rate, cfg["leaves"])
+    ideal = formulas.ideal_time(kind, cfg["algorithm"], n, size, rate, cfg["leaves"])
     return ideal, formulas.busbw_factor(kind, n)
 
 
@@ -133,7 +136,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
     """Pure: rows of iterations, steps (or pipeline) and worker_cpu from a job's config and rank files."""
     cfg = json.loads((raw_dir / f"{job}.config.json").read_text())
     names = [h["name"] for h in cfg["hosts"]]
-    ideal, factor = _ideal(cfg)
+    size = cfg["wire_size"] if "wire_size" in cfg else cfg["size"]
     iters: dict[int, dict[str, Any]] = {}
     steps: list[dict[str, Any]] = []
     pipe: list[dict[str, Any]] = []
@@ -147,7 +150,13 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
         for rec in read_jsonl(path):
             t = rec["type"]
             if t == "iter":
-                it = iters.setdefault(rec["iter"], {"warmup": rec["warmup"], "t_start": rec["t_start"], "t_end": 0.0})
+                first = {
+                    "warmup": rec["warmup"],
+                    "t_start": rec["t_start"],
+                    "t_end": 0.0,
+                    "size": rec.get("size", size),
+                }
+                it = iters.setdefault(rec["iter"], first)
                 it["t_start"] = min(it["t_start"], rec["t_start"])
                 it["t_end"] = max(it["t_end"], rec["t_end"])
                 seen[rec["iter"]] += 1
@@ -204,7 +213,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
                 )
             elif t == "cpu":
                 cpu.append({"job": job, "rank": r, "host": name, "cpu_s": rec["cpu_s"], "wall_s": rec["wall_s"]})
-    size = cfg["wire_size"] if "wire_size" in cfg else cfg["size"]
+    ideal = {sz: _ideal(cfg, sz) for sz in {v["size"] for v in iters.values()}}
     rows = [
         {
             "job": job,
@@ -214,10 +223,10 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
             "warmup": int(v["warmup"]),
             "t_start": v["t_start"],
             "t_end": v["t_end"],
-            "size_bytes": size,
+            "size_bytes": v["size"],
             "ranks": len(names),
-            "ideal_s": ideal,
-            "busbw_factor": factor,
+            "ideal_s": ideal[v["size"]][0],
+            "busbw_factor": ideal[v["size"]][1],
         }
         for i, v in sorted(iters.items())
         if seen[i] == len(names)  # an iteration some rank never finished is not one

@@ -7,9 +7,12 @@ after a barrier held by rank 0 (all ranks start at the same instant of the share
 thread (``sendall`` from one preallocated buffer) and one receiver thread (``recv_into`` a preallocated buffer);
 a condition variable releases sends/computes whose dependencies are met. No per-byte Python work.
 
-Output: JSON lines in ``<out>``: ``step`` records (one per iteration, step, op, peer), ``iter`` records (per rank),
-one ``flow`` record per connection this rank sent on (ports, bytes, first/last send) and one final ``cpu`` record (user+system seconds of this process, wall seconds). Any error, a dead peer or a
-timeout ends the process with a non-zero exit and a message on stderr.
+A size sweep (``sizes`` in the config) runs warmup + iterations of each size in turn, iterations numbered on.
+
+Output: JSON lines in ``<out>``: ``step`` records (one per iteration, step, op, peer), ``iter`` records (per rank,
+with the size it moved), one ``flow`` record per connection this rank sent on (ports, bytes, first/last send) and
+one final ``cpu`` record (user+system seconds of this process, wall seconds). Any error, a dead peer or a timeout
+ends the process with a non-zero exit and a message on stderr.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from traffic.schedule import (
 BARRIER_LEAD = 0.01  # rank 0 announces a start this far in the future (>> one RTT), then every rank sleeps to it
 
 
-def build_schedule(cfg: dict[str, Any]) -> Schedule:
+def build_schedule(cfg: dict[str, Any], size: int | None = None) -> Schedule:
+    """The job's schedule of one iteration; a collective's moves ``size`` bytes (default its wire size)."""
     kind = cfg["kind"]
     if kind == "ps":
         return ps_schedule(cfg["workers"], cfg["servers"], cfg["size"], cfg["slice"])
@@ -57,7 +61,7 @@ def build_schedule(cfg: dict[str, Any]) -> Schedule:
         kind,
         cfg["algorithm"],
         len(cfg["hosts"]),
-        cfg["wire_size"],
+        cfg["wire_size"] if size is None else size,
         cfg["slice"],
         cfg.get("leaves"),
         cfg.get("bucket", 1),
@@ -231,7 +235,7 @@ class Iteration:
         queue = self.prog.recvs[peer]
         buf = memoryview(bytearray(max(n for n, _ in queue)))
         for nbytes, step in queue:
-            got, ts = 0, 0.0
+            got, ts = 0, (time.time() if nbytes == 0 else 0.0)  # an empty message (a tiny size's chunk) is there
             while got < nbytes:
                 k = sock.recv_into(buf[got:nbytes])
                 if k == 0:
@@ -293,24 +297,27 @@ def main(argv: list[str]) -> int:
         cfg = json.load(fh)
     start_wall, start_cpu = time.time(), os.times()
     deadline = time.time() + cfg.get("connect_timeout", 20.0)
-    prog = build_schedule(cfg).ranks[rank]
-    peers = set(prog.sends) | set(prog.recvs)
+    sizes = cfg.get("sizes") or [None]  # a sweep runs warmup + iterations of each size, smallest first
+    progs = [build_schedule(cfg, size).ranks[rank] for size in sizes]
+    peers = {p for prog in progs for p in (*prog.sends, *prog.recvs)}
     socks = connect_peers(cfg, rank, peers, deadline)
     barrier = Barrier(cfg, rank, deadline)
-    biggest = max((m.nbytes for q in prog.sends.values() for m in q), default=1)
+    biggest = max((m.nbytes for prog in progs for q in prog.sends.values() for m in q), default=1)
     sendbuf = memoryview(bytearray(os.urandom(min(biggest, 1 << 16)) * (-(-biggest // (1 << 16)))))
     gap = float(cfg.get("compute_gap", 0.0)) if cfg.get("bucket", 1) == 1 else 0.0
     out_path = cfg["out"].format(rank=rank)
     with open(out_path, "w") as out:
         flows: dict[int, list[float]] = {}  # peer id -> [first send start, last send end, bytes] (this direction)
-        for it in range(cfg["warmup"] + cfg["iterations"]):
+        per_size = cfg["warmup"] + cfg["iterations"]
+        for it in range(per_size * len(progs)):
+            prog, size = progs[it // per_size], sizes[it // per_size]
             go = barrier.wait()
             if gap > 0:
                 time.sleep(gap)
             t_start = time.time() if gap > 0 else go
             run = Iteration(prog, socks, sendbuf, go)
             t_end = run.run(cfg["timeout"])
-            warm = it < cfg["warmup"]
+            warm = it % per_size < cfg["warmup"]
             for _step, op, vpeer, ts, te, n in run.records:
                 if op == "send":
                     f = flows.setdefault(vpeer, [ts, te, 0])
@@ -343,6 +350,7 @@ def main(argv: list[str]) -> int:
                         "t_start": t_start,
                         "t_end": t_end,
                         "bytes_sent": prog.bytes_sent(),
+                        "size": cfg.get("wire_size", cfg.get("size")) if size is None else size,
                     }
                 )
                 + "\n"

@@ -78,8 +78,12 @@ def job_need(job: Any, topo: Topology) -> Need:
     if isinstance(job, CollectiveJob):
         hosts = resolve_ranks(job.ranks, topo.hosts, job.name)
         leaves = [h.leaf for h in hosts]
-        it = formulas.ideal_time(job.kind, job.algorithm, len(hosts), job.wire_size, rate, leaves)
-        return _iterated(job, it, "size", f"{job.kind} of {job.wire_size:,} bytes over {len(hosts)} ranks")
+        its = [formulas.ideal_time(job.kind, job.algorithm, len(hosts), w, rate, leaves) for w in job.wire_sizes]
+        if len(its) == 1:
+            return _iterated(job, its[0], "size", f"{job.kind} of {job.wire_size:,} bytes over {len(hosts)} ranks")
+        runs = job.warmup + job.iterations
+        what = f"{runs} iterations of each of {len(its)} sizes up to {job.wire_size:,} bytes over {len(hosts)} ranks"
+        return Need(max(its), runs * sum(its), "sizes", f"{what}, {sum(its):.3g} s a round")
     if isinstance(job, PsJob):
         it = formulas.ps_ideal_time(len(job.workers), len(job.servers), job.size, rate)
         return _iterated(job, it, "size", f"{len(job.workers)} pushes of {job.size:,} bytes")

@@ -142,6 +142,39 @@ def size_distribution(path: str, value: Any) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
+MAX_SWEEP_SIZES = 64
+
+
+def size_sweep(path: str, value: Any) -> tuple[int, ...]:
+    """Message sizes swept the way nccl-tests' ``-b MIN -e MAX -f FACTOR`` does (``{min, max, factor}``, factor
+    default 2: MIN, MIN x F, ... up to MAX), or a list of sizes; in increasing order, each at least 1 byte."""
+    if isinstance(value, Mapping):
+        check_keys(value, {"min", "max", "factor"}, path, {"min", "max"})
+        lo, hi = unit(sub(path, "min"), parse_bytes, value["min"]), unit(sub(path, "max"), parse_bytes, value["max"])
+        factor = number(sub(path, "factor"), value.get("factor", 2), 1.0 + 1e-9, 1e6)
+        if lo < 1:
+            raise SpecError(sub(path, "min"), "must be at least 1 byte")
+        if hi < lo:
+            raise SpecError(sub(path, "max"), f"{hi:,} bytes is below min ({lo:,})")
+        out: list[int] = []
+        size = float(lo)
+        while size <= hi * (1 + 1e-12) and len(out) <= MAX_SWEEP_SIZES:
+            out.append(int(round(size)))
+            size *= factor
+    elif isinstance(value, list) and value:
+        out = [unit(f"{path}[{i}]", parse_bytes, v) for i, v in enumerate(value)]
+        for i, v in enumerate(out):
+            if v < 1:
+                raise SpecError(f"{path}[{i}]", "must be at least 1 byte")
+            if i and v <= out[i - 1]:
+                raise SpecError(f"{path}[{i}]", f"sizes must increase ({v:,} after {out[i - 1]:,})")
+    else:
+        raise SpecError(path, f"expected {{min, max, factor}} or a list of sizes, got {value!r}")
+    if len(out) > MAX_SWEEP_SIZES:
+        raise SpecError(path, f"more than {MAX_SWEEP_SIZES} sizes: use a larger factor")
+    return tuple(out)
+
+
 # --- readers for declared fields: (path, raw value) -> typed value -------------------------------------------------
 
 

@@ -99,6 +99,8 @@ class RankedJob(JobBase):
 class CollectiveJob(RankedJob):
     """A collective (``kind`` in COLLECTIVES). Keys beyond the common ones:
     ``size``: the buffer S in bytes (nccl-tests' S: the total buffer for allgather/reduce_scatter/alltoall);
+    ``sizes`` instead: a sweep, as nccl-tests' ``-b -e -f`` (``{min: 64KB, max: 16MB, factor: 2}``) or a list;
+    each size runs ``warmup`` then ``iterations`` iterations, smallest first (``size`` is then the largest);
     ``algorithm``: allreduce ring|hierarchical|tree|halving_doubling, broadcast ring|tree (pipelined chain or
     binary tree), others ring (alltoall: pairwise); ``slice``: the pipelining unit a rank forwards as soon as it
     has it (default 32KB: docs/bench.md has what larger slices cost); ``bucket``: split the buffer into this many
@@ -108,6 +110,7 @@ class CollectiveJob(RankedJob):
     all-to-all: more flows for ECMP to spread)."""
 
     size: int = spec_field(4_000_000, f.bytes_)
+    sizes: tuple[int, ...] = spec_field((), f.size_sweep)
     algorithm: str = spec_field("", f.one_of(*dict.fromkeys(a for algs in ALGORITHMS.values() for a in algs)))
     slice: int = spec_field(32_768, f.bytes_)
     bucket: int = spec_field(1, f.ints(1, 1024))
@@ -119,8 +122,12 @@ class CollectiveJob(RankedJob):
             object.__setattr__(self, "algorithm", ALGORITHMS[self.kind][0])
         if not self.channels:
             object.__setattr__(self, "channels", 4 if self.kind == "alltoall" else 1)
+        if self.sizes:
+            object.__setattr__(self, "size", self.sizes[-1])
 
     def check(self, data: Mapping[str, Any], path: str) -> None:
+        if "size" in data and "sizes" in data:
+            raise SpecError(sub(path, "sizes"), "give size or sizes, not both")
         choice(sub(path, "algorithm"), self.algorithm, ALGORITHMS[self.kind])
         if self.channels > 1 and self.kind != "alltoall":
             raise SpecError(sub(path, "channels"), "only all-to-all spreads its blocks over several connections")
@@ -128,6 +135,11 @@ class CollectiveJob(RankedJob):
     @property
     def wire_size(self) -> int:
         return max(1, int(self.size / self.compression))
+
+    @property
+    def wire_sizes(self) -> tuple[int, ...]:
+        """The bytes each swept size puts on the wire (one size without a sweep), smallest first."""
+        return tuple(max(1, int(x / self.compression)) for x in self.sizes or (self.size,))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,74 @@
+"""An 8-rank ring all-reduce swept from 64 KiB to 16 MiB, as `all_reduce_perf -b 64K -e 16M -f 2` sweeps it: the
+record's nccl-tests table (nccl_tests.txt and the summary) and `testbed report`'s, as root."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc)")]
+REPO = Path(__file__).resolve().parents[2]
+SWEEP = """\
+name: nccl-sweep
+description: an 8-rank ring all-reduce swept like all_reduce_perf -b 64K -e 16M -f 2 (tests/root/test_nccl_sweep.py)
+fabric:
+  topology: spine-leaf
+  spines: 2
+  leaves: 4
+  hosts_per_leaf: 2
+  host_link: {rate: 100Mbit, buffer: 300KB, mtu: 9000}
+  ecmp: {hash: l4, seed: 1}
+workload:
+  - {kind: allreduce, name: sweep, algorithm: ring, ranks: all, sizes: {min: 64KiB, max: 16MiB, factor: 2},
+     iterations: 2, warmup: 1}
+duration: 90s
+telemetry: {queue_hz: 100}
+"""
+
+
+def test_ring_sweep_table(tmp_path: Path) -> None:
+    scenario = tmp_path / "sweep.yaml"
+    scenario.write_text(SWEEP)
+    cp = subprocess.run(
+        ["/usr/bin/python3", "-m", "testbed", "run", str(scenario), "-o", str(tmp_path / "runs"), "--no-report"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("*/manifest.json")]
+    table = json.loads((run / "summary.json").read_text())["nccl_tests"]["sweep"]
+    rows = table["rows"]
+    assert [r["size"] for r in rows] == [65536 << i for i in range(9)]
+    assert all(r["iterations"] == 2 for r in rows)
+    for r in rows:  # nccl-tests' all-reduce factor, 2(n-1)/n with n = 8
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * 7 / 8, rel=1e-12)
+    # the printed lines say the same, to their printed precision
+    printed = [ln.split() for ln in (run / "nccl_tests.txt").read_text().splitlines() if not ln.startswith("#")]
+    assert len(printed) == 9
+    for line in printed:  # 3 significant digits each: within their rounding
+        algbw, busbw = float(line[6]), float(line[7])
+        assert busbw == pytest.approx(algbw * 1.75, rel=0.005), line
+    # small messages pay latency: each of the 14 ring steps of an 8 KiB chunk adds a hop's delay and a wake-up
+    # to its 0.7 ms on the wire, so the smallest size's busbw is below the largest's, which comes near the link's
+    small, large = rows[0]["busbw_GBps"], rows[-1]["busbw_GBps"]
+    print(f"busbw 64 KiB {small * 8e3:.1f} Mbit/s, 16 MiB {large * 8e3:.1f} Mbit/s")
+    assert small < 0.95 * large, (small, large)  # 0.74-0.88 in 4 runs here
+    assert large * 8e9 > 0.8 * 100e6 * 8946 / 9014, large  # busbw near the payload rate
+    # `testbed report` prints the table and writes it beside the comparison
+    out = tmp_path / "report"
+    rp = subprocess.run(
+        ["/usr/bin/python3", "-m", "testbed", "report", str(run), "-o", str(out), "--no-plots"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rp.returncode == 0, rp.stdout[-2000:] + rp.stderr[-2000:]
+    assert "# Avg bus bandwidth    :" in rp.stdout
+    assert (out / "nccl_tests.txt").read_text().count("\n# Avg bus bandwidth") == 1
