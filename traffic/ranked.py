@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.spec.topology import HostInfo
-from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob
+from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, TraceJob
 from traffic import formulas
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
+from traffic.trace_job import trace_config, trace_ops
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
@@ -44,9 +45,9 @@ def _unknown(name: str, hosts: dict[str, HostInfo], job: str) -> HostInfo:
 
 
 class RankedGenerator(ProcGenerator):
-    """Runs a CollectiveJob, PsJob or PipelineJob; ``index`` (the job's place in the workload) picks its ports."""
+    """Runs a CollectiveJob, TraceJob, PsJob or PipelineJob; ``index`` (its place in the workload) picks its ports."""
 
-    def __init__(self, spec: CollectiveJob | PsJob | PipelineJob, index: int):
+    def __init__(self, spec: CollectiveJob | TraceJob | PsJob | PipelineJob, index: int):
         super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = 20000 + 10 * index
@@ -68,7 +69,8 @@ class RankedGenerator(ProcGenerator):
         ranks = resolve_ranks(s.ranks, ctx.hosts, self.name)
         if len(ranks) < 2:
             raise GeneratorError(f"job {self.name}: a collective needs at least 2 ranks, got {len(ranks)}")
-        if s.algorithm == "halving_doubling" and len(ranks) & (len(ranks) - 1):
+        hd = isinstance(s, CollectiveJob) and s.algorithm == "halving_doubling"
+        if hd and len(ranks) & (len(ranks) - 1):
             raise GeneratorError(f"job {self.name}: halving_doubling needs a power-of-two number of ranks")
         return ranks
 
@@ -94,6 +96,8 @@ class RankedGenerator(ProcGenerator):
             cfg["channels"] = s.channels
             if s.sizes:
                 cfg["sizes"] = list(s.wire_sizes)
+        elif isinstance(s, TraceJob):
+            cfg.update(trace_config(s, len(ranks), ctx.payload_Bps))
         elif isinstance(s, PsJob):
             cfg.update(algorithm="sharded", workers=len(s.workers), servers=len(s.servers), size=s.size, slice=s.slice)
         else:
@@ -128,6 +132,8 @@ def _ideal(cfg: dict[str, Any], size: int) -> tuple[float, float | None]:
     if kind == "pipeline":
         p = cfg["pipeline"]
         return formulas.pipeline_ideal_time(n, p["microbatches"], p["compute"], p["compute_bwd"]), None
+    if kind == "trace":
+        return cfg["ideal_s"], None
     ideal = formulas.ideal_time(kind, cfg["algorithm"], n, size, rate, cfg["leaves"])
     return ideal, formulas.busbw_factor(kind, n)
 
@@ -142,6 +148,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
     pipe: list[dict[str, Any]] = []
     cpu: list[dict[str, Any]] = []
     flows: list[dict[str, Any]] = []
+    raw: list[dict[str, Any]] = []  # the step records as the workers wrote them (trace_ops)
     seen = Counter[int]()
     for r, name in enumerate(names):
         path = raw_dir / f"{job}.rank{r}.jsonl"
@@ -178,6 +185,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
                     }
                 )
             elif t == "step":
+                raw.append(rec)
                 steps.append(
                     {
                         "job": job,
@@ -185,7 +193,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
                         "rank": name,
                         "step": rec["step"],
                         "op": rec["op"],
-                        "peer": names[rec["peer"]],
+                        "peer": names[rec["peer"]] if rec["peer"] >= 0 else "",
                         "t_start": rec["t_start"],
                         "t_end": rec["t_end"],
                         "bytes": rec["bytes"],
@@ -232,6 +240,8 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
         if seen[i] == len(names)  # an iteration some rank never finished is not one
     ]
     out: Rows = {"iterations": rows, "worker_cpu": cpu, "flows": flows}
+    if cfg["kind"] == "trace":
+        out["trace_ops"] = trace_ops(job, cfg, names, raw)
     out["pipeline" if cfg["kind"] == "pipeline" else "steps"] = pipe if cfg["kind"] == "pipeline" else steps
     return out
 

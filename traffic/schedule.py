@@ -58,6 +58,10 @@ class Schedule:
         self.n = n
         self.ranks = [RankProgram() for _ in range(n)]
         self.not_before = 0.0
+        # while a trace node is built (traffic.trace_schedule): every send of rank r also waits for gate[r], and
+        # steps count from step_base, so that a step number names its node
+        self.gate: dict[int, tuple[Token, ...]] = {}
+        self.step_base = 0
 
     def send(self, src: int, dst: int, nbytes: int, step: int, deps: tuple[Token, ...] = (), channel: int = 0) -> Token:
         """Queue a message src -> dst on TCP connection ``channel`` of the pair (peer ids are ``rank + n x
@@ -65,6 +69,7 @@ class Schedule:
         if src == dst:
             raise ValueError(f"rank {src} sends to itself")
         vsrc, vdst = src + self.n * channel, dst + self.n * channel
+        deps, step = deps + self.gate.get(src, ()), step + self.step_base
         self.ranks[src].sends.setdefault(vdst, []).append(Send(vdst, nbytes, step, deps, self.not_before))
         q = self.ranks[dst].recvs.setdefault(vsrc, [])
         q.append((nbytes, step))
@@ -76,7 +81,7 @@ class Schedule:
         return (sent_key(vdst), len(self.ranks[src].sends.get(vdst, [])))
 
     def compute(self, rank: int, seconds: float, step: int, deps: tuple[Token, ...] = ()) -> Token:
-        self.ranks[rank].computes.append(Compute(seconds, step, deps))
+        self.ranks[rank].computes.append(Compute(seconds, step + self.step_base, deps))
         return (COMPUTE, len(self.ranks[rank].computes))
 
 

@@ -25,9 +25,11 @@ from typing import Any
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.fields import SpecError
 from testbed.spec.topology import Topology
-from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, ShortFlowsJob
+from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, ShortFlowsJob, TraceJob
 from traffic import formulas
 from traffic.ranked import resolve_ranks
+from traffic.trace_graph import load_trace
+from traffic.trace_schedule import TraceBuilder
 
 NODE_MEMORY_BYTES = 1_000_000  # idle: 0.45-0.75 MB per node measured (docs/bench.md), doubled for traffic
 MEMORY_SHARE = 0.5  # the rest is for the traffic, the sampler, the records and everything else on the machine
@@ -84,6 +86,11 @@ def job_need(job: Any, topo: Topology) -> Need:
         runs = job.warmup + job.iterations
         what = f"{runs} iterations of each of {len(its)} sizes up to {job.wire_size:,} bytes over {len(hosts)} ranks"
         return Need(max(its), runs * sum(its), "sizes", f"{what}, {sum(its):.3g} s a round")
+    if isinstance(job, TraceJob):
+        n = len(resolve_ranks(job.ranks, topo.hosts, job.name))
+        _, built, ideal = TraceBuilder(load_trace(job, n), job.slice, rate, "path").build()
+        what = f"a traced step of {len(built)} nodes over {n} ranks"
+        return _iterated(job, ideal, "path", f"{what} (ideal {ideal:.3g} s: its critical path at the link rate)")
     if isinstance(job, PsJob):
         it = formulas.ps_ideal_time(len(job.workers), len(job.servers), job.size, rate)
         return _iterated(job, it, "size", f"{len(job.workers)} pushes of {job.size:,} bytes")
@@ -110,8 +117,11 @@ def _iterated(job: Any, iteration_s: float, key: str, what: str) -> Need:
 def check_time(workload: Iterable[Any], topo: Topology, duration_s: float, path: str = "workload") -> None:
     """Refuse (``SpecError``) the first job that cannot finish in the scenario's duration or its iteration timeout."""
     for i, job in enumerate(workload):
-        need = job_need(job, topo)
         where = f"{path}[{i}]"
+        try:
+            need = job_need(job, topo)
+        except SpecError as exc:  # a malformed trace: its path under this job's
+            raise SpecError(f"{where}.{exc.path}", exc.reason) from None
         timeout = getattr(job, "timeout", None)
         if need.iteration_s and timeout is not None and need.iteration_s > timeout:
             raise SpecError(

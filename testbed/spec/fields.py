@@ -142,6 +142,29 @@ def size_distribution(path: str, value: Any) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
+def text(path: str, value: Any) -> str:
+    """A non-empty string (a file path, a label)."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(path, f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def rank_groups(path: str, value: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Named groups of trace ranks, ``{tp0: [0, 1], dp0: [0, 2]}``: each at least 2 distinct ranks."""
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"expected a mapping of group name to ranks, got {value!r}")
+    out = []
+    for name, ranks in value.items():
+        where = sub(path, str(name))
+        if not isinstance(ranks, list) or len(ranks) < 2:
+            raise SpecError(where, f"expected a list of at least 2 ranks, got {ranks!r}")
+        got = tuple(integer(f"{where}[{i}]", r, 0) for i, r in enumerate(ranks))
+        if len(set(got)) != len(got):
+            raise SpecError(where, f"ranks repeat: {list(got)}")
+        out.append((str(name), got))
+    return tuple(out)
+
+
 MAX_SWEEP_SIZES = 64
 
 

@@ -24,7 +24,7 @@ import copy
 import dataclasses
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from testbed.spec.fields import SpecError, boolean, check_keys, integer, number,
 from testbed.spec.scaling import apply_scale
 from testbed.spec.topology import Topology
 from testbed.spec.units import Size, UnitError, parse_duration
-from testbed.spec.workload import parse_workload
+from testbed.spec.workload import TraceJob, parse_workload
 
 SCENARIO_KEYS = {
     "name",
@@ -183,6 +183,9 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
     fabric = FabricSpec.from_dict(fabric_raw, "fabric")
     topo = Topology(fabric)  # refuses overrides naming links that do not exist
     workload = parse_workload(data.get("workload", []) or [], "workload")
+    if scale_notes:  # a trace's compute times stretch with the rates
+        factor = float(scale_notes["factor"])
+        workload = tuple(replace(j, time_scale=factor) if isinstance(j, TraceJob) else j for j in workload)
     for i, job in enumerate(workload):
         check_hosts = getattr(job, "hosts_used", None)
         for host in check_hosts() if callable(check_hosts) else ():
@@ -268,6 +271,9 @@ def load_scenario_file(path: str | Path) -> ScenarioFile:
         raise SpecError("", f"{p} is not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise SpecError("", f"{p} must hold a mapping (name, fabric, workload, ...)")
+    for job in data.get("workload") or []:  # a trace's relative path is from the scenario file's directory
+        if isinstance(job, dict) and job.get("kind") == "trace" and isinstance(job.get("path"), str):
+            job["path"] = str((p.parent / job["path"]).resolve()) if job["path"] else job["path"]
     sf = expand(data)
     return ScenarioFile(sf.base, sf.points, p)
 

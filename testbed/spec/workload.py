@@ -29,6 +29,7 @@ from testbed.spec.fields import SpecError, check_keys, choice, spec_field, sub
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
 KINDS = (
     *COLLECTIVES,
+    "trace",
     "ps",
     "pipeline",
     "iperf",
@@ -140,6 +141,34 @@ class CollectiveJob(RankedJob):
     def wire_sizes(self) -> tuple[int, ...]:
         """The bytes each swept size puts on the wire (one size without a sweep), smallest first."""
         return tuple(max(1, int(x / self.compression)) for x in self.sizes or (self.size,))
+
+
+@dataclass(frozen=True)
+class TraceJob(RankedJob):
+    """A training step replayed from a trace (``kind: trace``; traffic.trace_graph): ``format`` chakra (``path`` is
+    the prefix of ``PATH.RANK.et``, one Chakra execution trace per rank, ASTRA-sim's naming) or astra_text
+    (``path`` is an ASTRA-sim 1.x / SimAI text workload); a relative path is from the scenario file's directory.
+    ``ranks``: the rank map, trace rank i on the i-th host. ``groups``: Chakra process groups by ``pg_name``
+    (``{tp0: [0, 1]}``; a collective without one spans every rank). ``time_unit`` of the text format's compute
+    times (ns, us, ms; default ns: ASTRA-sim's cycles at 1 GHz). ``slice`` as for collectives. Each iteration
+    replays the whole step; compute times stretch by ``fabric.scale``'s factor like the link rates."""
+
+    format: str = spec_field("", f.one_of("chakra", "astra_text"), required=True)
+    path: str = spec_field("", f.text, required=True)
+    groups: tuple[tuple[str, tuple[int, ...]], ...] = spec_field((), f.rank_groups)
+    time_unit: str = spec_field("ns", f.one_of("ns", "us", "ms"))
+    slice: int = spec_field(32_768, f.bytes_)
+    time_scale: float = 1.0  # fabric.scale's factor, set by the scenario (not a scenario key)
+
+    LEAVE_OUT: ClassVar[frozenset[str]] = frozenset({"compute_gap"})
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        if self.format == "chakra" and "time_unit" in data:
+            raise SpecError(sub(path, "time_unit"), "Chakra traces carry their own unit (microseconds)")
+        if self.format == "chakra" and self.groups and isinstance(self.ranks, tuple):
+            top = max(r for _, g in self.groups for r in g)
+            if top >= len(self.ranks):
+                raise SpecError(sub(path, "groups"), f"rank {top} is beyond the {len(self.ranks)} ranks")
 
 
 @dataclass(frozen=True)
@@ -278,9 +307,10 @@ class ScapyTrainJob(JobBase):
             raise SpecError(sub(path, "src"), f"host names repeat: {[self.src, self.dst]!r}")
 
 
-JobSpec = CollectiveJob | PsJob | PipelineJob | IperfJob | RttProbeJob | ShortFlowsJob | ScapyTrainJob
+JobSpec = CollectiveJob | TraceJob | PsJob | PipelineJob | IperfJob | RttProbeJob | ShortFlowsJob | ScapyTrainJob
 SPEC_OF: dict[str, type[JobBase]] = {
     **dict.fromkeys(COLLECTIVES, CollectiveJob),
+    "trace": TraceJob,
     "ps": PsJob,
     "pipeline": PipelineJob,
     "iperf": IperfJob,
