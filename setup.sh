@@ -18,7 +18,7 @@ APT_PACKAGES=(
   mininet bridge-utils iputils-ping iproute2 ethtool nftables procps psmisc kmod
   iperf3 tcpdump iperf telnet
   python3 python3-pyroute2 python3-scapy python3-matplotlib python3-numpy python3-pandas python3-yaml python3-pytest python3-hypothesis python3-pexpect
-  python3-venv
+  python3-venv python3-pip
   clang llvm libbpf-dev bpftool
 )
 
@@ -35,6 +35,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=/usr/bin/python3
+# Chakra execution traces (kind: trace) are read with MLCommons' own package; Debian has neither it nor a protobuf
+# new enough for its generated schema (6.31), so pip puts both in /usr/local; --no-deps: the trace reader needs
+# only the schema and its reader, not mlc-chakra's converters (networkx, pydot, HolisticTraceAnalysis)
+if ! $PY -c 'from chakra.schema.protobuf import et_def_pb2' 2>/dev/null; then
+  echo "setup.sh: installing mlc-chakra and protobuf with pip (/usr/local)"
+  $PY -m pip install -q --break-system-packages --no-deps 'mlc-chakra==1.0.0' 'protobuf>=6.31.1,<7'
+fi
 # The guest pass: every stock_kernel scenario in one boot of Debian's stock kernel (testbed vm installs QEMU and
 # virtme-ng on first use)
 GUEST_PASS=($PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kernel scenarios)
