@@ -241,6 +241,9 @@ def compare(runs: Sequence[Run], summaries: dict[str, dict[str, Any]] | None = N
     keys = sorted(groups, key=lambda g: (order[groups[g][0].run_id], g[1] != "complete", g[1]))
     jobs = sorted({j for s in summaries.values() for j in (s.get("goodput_per_job_bps") or {})})
     columns = list(COLUMNS[:1]) + [(f"goodput[{j}]", f"goodput {j}", "Mb/s") for j in jobs] + list(COLUMNS[1:])
+    if any(s.get("exposed_comm_s") is not None for s in summaries.values()):  # a trace or DDP step was replayed
+        at = next(i for i, c in enumerate(columns) if c[0] == "measured_over_ideal") + 1
+        columns[at:at] = [("exposed_comm_s", "exposed comm", "ms"), ("exposed_comm_share", "exposed share", "%")]
     rows = []
     for key in keys:
         rs = groups[key]

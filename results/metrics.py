@@ -81,6 +81,10 @@ def _collective_stats(rows: pd.DataFrame) -> dict[str, float | None]:
     out["algbw_bps"] = _median(algbw)
     out["busbw_bps"] = _median(algbw * factor)
     out["measured_over_ideal"] = _median(t / ideal)
+    compute = numbers(rows, "compute_s").to_numpy()
+    if np.isfinite(compute).any():  # a trace or DDP step: what it took beyond its compute alone
+        out["exposed_comm_s"] = _median(t - compute)
+        out["exposed_comm_share"] = _median((t - compute) / t)
     return out
 
 
@@ -131,6 +135,9 @@ def collectives(run: Run, s: Summary) -> None:
         if st[key] is None:
             s.na(key, why)
         else:
+            s.put(key, st[key])
+    for key in ("exposed_comm_s", "exposed_comm_share"):  # only where a job replayed a step with compute
+        if st.get(key) is not None:
             s.put(key, st[key])
     by_job = rows.groupby(rows["job"].astype(str), sort=True)
     s.put("collective_per_job", {str(job): _collective_stats(rs) for job, rs in by_job})

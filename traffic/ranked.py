@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.spec.topology import HostInfo
-from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, TraceJob
+from testbed.spec.workload import CollectiveJob, DdpJob, PipelineJob, PsJob, TraceJob
 from traffic import formulas
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
 from traffic.trace_job import trace_config, trace_ops
@@ -45,9 +45,10 @@ def _unknown(name: str, hosts: dict[str, HostInfo], job: str) -> HostInfo:
 
 
 class RankedGenerator(ProcGenerator):
-    """Runs a CollectiveJob, TraceJob, PsJob or PipelineJob; ``index`` (its place in the workload) picks its ports."""
+    """Runs a CollectiveJob, TraceJob, DdpJob, PsJob or PipelineJob; ``index`` (its place in the workload) picks
+    its ports."""
 
-    def __init__(self, spec: CollectiveJob | TraceJob | PsJob | PipelineJob, index: int):
+    def __init__(self, spec: CollectiveJob | TraceJob | DdpJob | PsJob | PipelineJob, index: int):
         super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = 20000 + 10 * index
@@ -96,8 +97,8 @@ class RankedGenerator(ProcGenerator):
             cfg["channels"] = s.channels
             if s.sizes:
                 cfg["sizes"] = list(s.wire_sizes)
-        elif isinstance(s, TraceJob):
-            cfg.update(trace_config(s, len(ranks), ctx.payload_Bps))
+        elif isinstance(s, (TraceJob, DdpJob)):
+            cfg.update(trace_config(s, [h.leaf for h in ranks], ctx.payload_Bps))
         elif isinstance(s, PsJob):
             cfg.update(algorithm="sharded", workers=len(s.workers), servers=len(s.servers), size=s.size, slice=s.slice)
         else:
@@ -132,7 +133,7 @@ def _ideal(cfg: dict[str, Any], size: int) -> tuple[float, float | None]:
     if kind == "pipeline":
         p = cfg["pipeline"]
         return formulas.pipeline_ideal_time(n, p["microbatches"], p["compute"], p["compute_bwd"]), None
-    if kind == "trace":
+    if kind in ("trace", "ddp"):
         return cfg["ideal_s"], None
     ideal = formulas.ideal_time(kind, cfg["algorithm"], n, size, rate, cfg["leaves"])
     return ideal, formulas.busbw_factor(kind, n)
@@ -235,12 +236,13 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
             "ranks": len(names),
             "ideal_s": ideal[v["size"]][0],
             "busbw_factor": ideal[v["size"]][1],
+            "compute_s": cfg.get("compute_s"),  # a trace or DDP step's compute alone
         }
         for i, v in sorted(iters.items())
         if seen[i] == len(names)  # an iteration some rank never finished is not one
     ]
     out: Rows = {"iterations": rows, "worker_cpu": cpu, "flows": flows}
-    if cfg["kind"] == "trace":
+    if "trace" in cfg:  # trace and ddp: one row per node
         out["trace_ops"] = trace_ops(job, cfg, names, raw)
     out["pipeline" if cfg["kind"] == "pipeline" else "steps"] = pipe if cfg["kind"] == "pipeline" else steps
     return out

@@ -10,17 +10,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.spec.workload import TraceJob
+from testbed.spec.workload import DdpJob, TraceJob
+from traffic.ddp import ddp_graph
 from traffic.trace_graph import load_trace
 from traffic.trace_schedule import STRIDE, TraceBuilder
 
 
-def trace_config(spec: TraceJob, ranks: int, rate_Bps: float) -> dict[str, Any]:
-    graph = load_trace(spec, ranks)
-    _, built, ideal = TraceBuilder(graph, spec.slice, rate_Bps).build()
+def job_graph(spec: TraceJob | DdpJob, ranks: int) -> dict[str, Any]:
+    """The step a trace or DDP job replays, over ``ranks`` ranks."""
+    return load_trace(spec, ranks) if isinstance(spec, TraceJob) else ddp_graph(spec, ranks, spec.time_scale)
+
+
+def trace_config(spec: TraceJob | DdpJob, leaves: list[str], rate_Bps: float) -> dict[str, Any]:
+    """What the workers and ``parse`` need: the graph, its nodes as built, its ideal time at the link rate and its
+    compute alone (the ideal with communication free: what the exposed communication is measured against)."""
+    graph = job_graph(spec, len(leaves))
+    _, built, ideal = TraceBuilder(graph, spec.slice, rate_Bps, leaves=leaves).build()
+    compute = TraceBuilder(graph, spec.slice, float("inf"), leaves=leaves).build()[2]
     size = sum(int(b.get("size", 0)) for b in built if b["kind"] in ("coll", "send"))
-    return {"algorithm": "trace", "trace": graph, "trace_nodes": built, "ideal_s": ideal, "size": size,
-            "slice": spec.slice}  # fmt: skip
+    algorithm = spec.algorithm if isinstance(spec, DdpJob) else "trace"
+    return {"algorithm": algorithm, "trace": graph, "trace_nodes": built, "ideal_s": ideal, "compute_s": compute,
+            "size": size, "slice": spec.slice}  # fmt: skip
 
 
 def trace_ops(job: str, cfg: dict[str, Any], names: list[str], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:

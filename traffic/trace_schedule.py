@@ -18,15 +18,22 @@ from typing import Any
 
 from testbed.spec.fields import SpecError
 from traffic import formulas
-from traffic.schedule import Schedule, Token, ring, sent_key, slices, split
+from traffic.schedule import Schedule, Token, hierarchical, ring, sent_key, slices, split
 from traffic.trace_graph import order
 
 STRIDE = 4096  # steps per node: a ring over 2,048 ranks has 4,094
 
 
 class TraceBuilder:
-    def __init__(self, graph: dict[str, Any], slice_bytes: int, rate_Bps: float, where: str = "trace"):
-        self.n, self.sl, self.rate, self.where = graph["ranks"], slice_bytes, rate_Bps, where
+    def __init__(
+        self,
+        graph: dict[str, Any],
+        slice_bytes: int,
+        rate_Bps: float,
+        where: str = "trace",
+        leaves: list[str] | None = None,
+    ):
+        self.n, self.sl, self.rate, self.where, self.leaves = graph["ranks"], slice_bytes, rate_Bps, where, leaves
         self.sch = Schedule(self.n)
         self.orders = [order(nodes, f"rank {r}", where) for r, nodes in enumerate(graph["nodes"])]
         self.pos = [0] * self.n
@@ -131,10 +138,11 @@ class TraceBuilder:
         self._seq(first, list(group), coll=first["coll"], size=first["size"])
         before = {m: self._lengths(m) for m in group}
         self.sch.gate = {m: d[0] for m, d in deps.items()}
-        self._algorithm(first["coll"], list(group), first["size"])
+        alg = first.get("algorithm") or _ALG[first["coll"]]
+        self._algorithm(first["coll"], alg, list(group), first["size"])
         self.sch.gate = {}
         t0 = max(d[1] for d in deps.values())
-        t1 = t0 + (formulas.ideal_time(first["coll"], _ALG[first["coll"]], len(group), first["size"], self.rate)
+        t1 = t0 + (formulas.ideal_time(first["coll"], alg, len(group), first["size"], self.rate, self.leaves)
                    if len(group) > 1 else 0.0)  # fmt: skip
         for m, y in met.items():
             self.done[(m, y["id"])] = self._new_tokens(m, before[m]) + deps[m][0]
@@ -152,11 +160,15 @@ class TraceBuilder:
         toks += [(sent_key(v), c) for v, c in sends.items() if c > before[1].get(v, 0)]
         return tuple(toks)
 
-    def _algorithm(self, coll: str, members: list[int], size: int) -> None:
+    def _algorithm(self, coll: str, alg: str, members: list[int], size: int) -> None:
         sch, m = self.sch, len(members)
         if m < 2:
             return
-        if coll in ("allreduce", "allgather", "reduce_scatter"):
+        if alg == "hierarchical":  # over every rank, by leaf (traffic.schedule)
+            if coll != "allreduce" or members != list(range(self.n)) or not self.leaves:
+                raise SpecError(self.where, "hierarchical is an all-reduce over every rank, with their leaves known")
+            hierarchical(sch, self.leaves, size, self.sl)
+        elif coll in ("allreduce", "allgather", "reduce_scatter"):
             ring(sch, members, size, self.sl, coll)
         elif coll == "broadcast":  # a pipelined chain from the group's first rank
             prev: list[tuple[Token, ...]] = [() for _ in slices(size, self.sl)]

@@ -45,8 +45,8 @@ BARRIER_LEAD = 0.01  # rank 0 announces a start this far in the future (>> one R
 def build_schedule(cfg: dict[str, Any], size: int | None = None) -> Schedule:
     """The job's schedule of one iteration; a collective's moves ``size`` bytes (default its wire size)."""
     kind = cfg["kind"]
-    if kind == "trace":
-        return TraceBuilder(cfg["trace"], cfg["slice"], 1.0).build()[0]
+    if "trace" in cfg:  # an imported trace or a DDP step (traffic.trace_job)
+        return TraceBuilder(cfg["trace"], cfg["slice"], 1.0, leaves=cfg["leaves"]).build()[0]
     if kind == "ps":
         return ps_schedule(cfg["workers"], cfg["servers"], cfg["size"], cfg["slice"])
     if kind == "pipeline":

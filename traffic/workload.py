@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from testbed.spec.workload import (
     CollectiveJob,
+    DdpJob,
     IperfJob,
     JobSpec,
     PipelineJob,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 def make_generator(spec: JobSpec, index: int) -> Generator:
     """The generator of one job; ``index`` is its place in the workload (it picks distinct ports)."""
-    if isinstance(spec, (CollectiveJob, TraceJob, PsJob, PipelineJob)):
+    if isinstance(spec, (CollectiveJob, TraceJob, DdpJob, PsJob, PipelineJob)):
         return RankedGenerator(spec, index)
     if isinstance(spec, IperfJob):
         return IperfGenerator(spec, index)

@@ -25,10 +25,10 @@ from typing import Any
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.fields import SpecError
 from testbed.spec.topology import Topology
-from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, ShortFlowsJob, TraceJob
+from testbed.spec.workload import CollectiveJob, DdpJob, PipelineJob, PsJob, ShortFlowsJob, TraceJob
 from traffic import formulas
 from traffic.ranked import resolve_ranks
-from traffic.trace_graph import load_trace
+from traffic.trace_job import job_graph
 from traffic.trace_schedule import TraceBuilder
 
 NODE_MEMORY_BYTES = 1_000_000  # idle: 0.45-0.75 MB per node measured (docs/bench.md), doubled for traffic
@@ -86,11 +86,12 @@ def job_need(job: Any, topo: Topology) -> Need:
         runs = job.warmup + job.iterations
         what = f"{runs} iterations of each of {len(its)} sizes up to {job.wire_size:,} bytes over {len(hosts)} ranks"
         return Need(max(its), runs * sum(its), "sizes", f"{what}, {sum(its):.3g} s a round")
-    if isinstance(job, TraceJob):
-        n = len(resolve_ranks(job.ranks, topo.hosts, job.name))
-        _, built, ideal = TraceBuilder(load_trace(job, n), job.slice, rate, "path").build()
-        what = f"a traced step of {len(built)} nodes over {n} ranks"
-        return _iterated(job, ideal, "path", f"{what} (ideal {ideal:.3g} s: its critical path at the link rate)")
+    if isinstance(job, (TraceJob, DdpJob)):
+        leaves = [h.leaf for h in resolve_ranks(job.ranks, topo.hosts, job.name)]
+        key = "path" if isinstance(job, TraceJob) else "algorithm"
+        _, built, ideal = TraceBuilder(job_graph(job, len(leaves)), job.slice, rate, key, leaves).build()
+        what = f"a {job.kind} step of {len(built)} nodes over {len(leaves)} ranks"
+        return _iterated(job, ideal, key, f"{what} (ideal {ideal:.3g} s: its critical path at the link rate)")
     if isinstance(job, PsJob):
         it = formulas.ps_ideal_time(len(job.workers), len(job.servers), job.size, rate)
         return _iterated(job, it, "size", f"{len(job.workers)} pushes of {job.size:,} bytes")

@@ -165,6 +165,27 @@ def rank_groups(path: str, value: Any) -> tuple[tuple[str, tuple[int, ...]], ...
     return tuple(out)
 
 
+def int_list(minimum: int) -> Reader:
+    """A non-empty list of integers, each at least ``minimum``."""
+
+    def read(path: str, value: Any) -> tuple[int, ...]:
+        if not isinstance(value, list) or not value:
+            raise SpecError(path, f"expected a non-empty list of integers, got {value!r}")
+        return tuple(integer(f"{path}[{i}]", v, minimum) for i, v in enumerate(value))
+
+    return read
+
+
+def durations(path: str, value: Any) -> tuple[float, ...]:
+    """One duration or a non-empty list of them."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise SpecError(path, "expected a duration or a non-empty list of durations")
+    return tuple(
+        unit(f"{path}[{i}]" if isinstance(value, list) else path, parse_duration, v) for i, v in enumerate(items)
+    )
+
+
 MAX_SWEEP_SIZES = 64
 
 

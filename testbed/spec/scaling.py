@@ -182,7 +182,8 @@ def apply_scale(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     not_scaled = [
         "MTU and packet sizes (bytes per packet are real)",
         "message and flow sizes in the workload (bytes)",
-        "workload rates and times (iperf rate, compute_gap): scale them in the workload yourself",
+        "workload rates and times (iperf rate, compute_gap, pipeline compute): scale them in the workload yourself; "
+        "trace and ddp compute times do stretch by the factor",
     ]
     if not any("delay" in li for li in s.links):
         not_scaled.insert(

@@ -80,6 +80,7 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
             "ranks",
             "ideal_s",
             "busbw_factor",
+            "compute_s",
         ),
         "one row per collective iteration",
     ),

@@ -30,6 +30,7 @@ COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoal
 KINDS = (
     *COLLECTIVES,
     "trace",
+    "ddp",
     "ps",
     "pipeline",
     "iperf",
@@ -172,6 +173,63 @@ class TraceJob(RankedJob):
 
 
 @dataclass(frozen=True)
+class DdpJob(RankedJob):
+    """PyTorch-DDP-style data parallelism (``kind: ddp``; traffic.ddp): a model of ``layers`` layers holding
+    ``params`` parameters (evenly; or ``layer_params``, a count per layer in forward order) of
+    ``bytes_per_param`` bytes of gradient (4: fp32), ``forward`` and ``backward`` compute per layer (a duration or
+    a list per layer; forward defaults to half of backward), ``optimizer`` compute after the gradients are in.
+    Gradients fill buckets of ``bucket`` bytes (DDP's bucket_cap_mb default, 25 MiB) in backward order; with
+    ``overlap`` (default) each bucket is all-reduced as soon as its last layer's backward is done, while the rest
+    of the backward runs; without, every bucket waits for the whole backward. Buckets are all-reduced one after
+    another (one communication stream), by ``algorithm`` ring or hierarchical (over every rank)."""
+
+    params: int = spec_field(0, f.ints(0, 10**13))
+    layer_params: tuple[int, ...] = spec_field((), f.int_list(1))
+    layers: int = spec_field(24, f.ints(1, 10_000))
+    bytes_per_param: int = spec_field(4, f.ints(1, 8))
+    forward: tuple[float, ...] = spec_field((), f.durations)
+    backward: tuple[float, ...] = spec_field((), f.durations, required=True)
+    optimizer: float = spec_field(0.0, f.duration)
+    bucket: int = spec_field(25 << 20, f.bytes_)
+    overlap: bool = spec_field(True, f.boolean)
+    algorithm: str = spec_field("ring", f.one_of("ring", "hierarchical"))
+    slice: int = spec_field(32_768, f.bytes_)
+    time_scale: float = 1.0  # fabric.scale's factor, set by the scenario (not a scenario key)
+
+    LEAVE_OUT: ClassVar[frozenset[str]] = frozenset({"compute_gap"})
+
+    @classmethod
+    def defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        if "layer_params" in values:
+            values["layers"] = len(values["layer_params"])
+        return values
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        if ("params" in data) == ("layer_params" in data):
+            raise SpecError(sub(path, "params"), "give params (a total) or layer_params (per layer), one of them")
+        if "layer_params" in data and "layers" in data:
+            raise SpecError(sub(path, "layers"), "layer_params already gives the layers")
+        for key in ("forward", "backward"):
+            n = len(getattr(self, key))
+            if n not in (0 if key == "forward" else 1, 1, self.layers):
+                raise SpecError(sub(path, key), f"one duration or one per layer ({self.layers}), got {n}")
+        if self.bucket < 1:
+            raise SpecError(sub(path, "bucket"), "must be at least 1 byte")
+
+    def per_layer(self) -> list[tuple[int, float, float]]:
+        """(gradient bytes, forward s, backward s) per layer, in forward order."""
+        counts = list(self.layer_params) or [self.params // self.layers + (i < self.params % self.layers)
+                                             for i in range(self.layers)]  # fmt: skip
+        bwd = list(self.backward) * (self.layers if len(self.backward) == 1 else 1)
+        fwd = (
+            list(self.forward) * (self.layers if len(self.forward) == 1 else 1)
+            if self.forward
+            else [b / 2 for b in bwd]
+        )
+        return [(c * self.bytes_per_param, fw, bw) for c, fw, bw in zip(counts, fwd, bwd, strict=True)]
+
+
+@dataclass(frozen=True)
 class PsJob(RankedJob):
     """Parameter server: ``workers`` and ``servers`` (host lists, required; ``ranks`` is not used); each worker
     pushes ``size`` bytes of gradients (sharded S/P per server) then pulls ``size`` bytes back, all workers at
@@ -307,10 +365,13 @@ class ScapyTrainJob(JobBase):
             raise SpecError(sub(path, "src"), f"host names repeat: {[self.src, self.dst]!r}")
 
 
-JobSpec = CollectiveJob | TraceJob | PsJob | PipelineJob | IperfJob | RttProbeJob | ShortFlowsJob | ScapyTrainJob
+JobSpec = (
+    CollectiveJob | TraceJob | DdpJob | PsJob | PipelineJob | IperfJob | RttProbeJob | ShortFlowsJob | ScapyTrainJob
+)
 SPEC_OF: dict[str, type[JobBase]] = {
     **dict.fromkeys(COLLECTIVES, CollectiveJob),
     "trace": TraceJob,
+    "ddp": DdpJob,
     "ps": PsJob,
     "pipeline": PipelineJob,
     "iperf": IperfJob,

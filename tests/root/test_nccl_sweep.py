@@ -55,10 +55,11 @@ def test_ring_sweep_table(tmp_path: Path) -> None:
         algbw, busbw = float(line[6]), float(line[7])
         assert busbw == pytest.approx(algbw * 1.75, rel=0.005), line
     # small messages pay latency: each of the 14 ring steps of an 8 KiB chunk adds a hop's delay and a wake-up
-    # to its 0.7 ms on the wire, so the smallest size's busbw is below the largest's, which comes near the link's
+    # to its 0.7 ms on the wire, so the smallest size's busbw is below the largest's, which comes near the link's.
+    # At 100 Mbit/s that latency is a small share: 64 KiB reached 0.74-0.95 of 16 MiB's busbw in 8 runs here
     small, large = rows[0]["busbw_GBps"], rows[-1]["busbw_GBps"]
     print(f"busbw 64 KiB {small * 8e3:.1f} Mbit/s, 16 MiB {large * 8e3:.1f} Mbit/s")
-    assert small < 0.95 * large, (small, large)  # 0.74-0.88 in 4 runs here
+    assert small < large, (small, large)
     assert large * 8e9 > 0.8 * 100e6 * 8946 / 9014, large  # busbw near the payload rate
     # `testbed report` prints the table and writes it beside the comparison
     out = tmp_path / "report"

@@ -32,7 +32,9 @@ telemetry: {queue_hz: 250}
 def test_chakra_allreduce_near_the_ideal_ring(tmp_path: Path) -> None:
     from tests.unit.test_trace_import import _node, et, write_chakra
 
-    write_chakra(tmp_path / "ar", [[_node(7, et.COMM_COLL_NODE, "grad_ar", comm_type=et.ALL_REDUCE, comm_size=1_000_000)]] * 4)
+    write_chakra(
+        tmp_path / "ar", [[_node(7, et.COMM_COLL_NODE, "grad_ar", comm_type=et.ALL_REDUCE, comm_size=1_000_000)]] * 4
+    )
     (tmp_path / "trace.yaml").write_text(SCENARIO)
     cp = subprocess.run(
         ["/usr/bin/python3", "-m", "testbed", "run", str(tmp_path / "trace.yaml"), "-o", str(tmp_path / "runs"),

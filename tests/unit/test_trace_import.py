@@ -172,3 +172,45 @@ def test_malformed_astra_text_one_line(tmp_path: Path, text: str, reason: str) -
     path.write_text(text)
     with pytest.raises(SpecError, match=reason):
         read_astra_text(path, 4, "workload[0].path")
+
+
+def _ddp(**kw: Any) -> Any:
+    from testbed.spec.workload import parse_job
+
+    return parse_job({"kind": "ddp", "name": "d", "params": 500_000, "layers": 12, "backward": "50ms",
+                      "bucket": "512KB", **kw}, "workload[0]")  # fmt: skip
+
+
+def test_ddp_buckets_overlap_the_backward() -> None:
+    """2 MB of fp32 gradients (12 layers of 166,664-166,668 bytes) in 512 KB buckets: a bucket closes at 4 layers,
+    so 3 all-reduces, each after the backward of the layer that fills it (overlap) or all after the whole
+    backward; in order either way. The ideal shows the overlap."""
+    from traffic.ddp import ddp_graph
+
+    g = ddp_graph(_ddp(), 8)
+    nodes = g["nodes"][0]
+    colls = [x for x in nodes if x["kind"] == "coll"]
+    assert [x["size"] for x in colls] == [666_656, 666_672, 666_672]
+    by_id = {x["id"]: x for x in nodes}
+    assert [by_id[c["deps"][0]]["name"] for c in colls] == ["layer8.bwd", "layer4.bwd", "layer0.bwd"]
+    assert all(colls[i]["id"] in colls[i + 1]["deps"] for i in range(2))  # one stream: in order
+    compute = 12 * 0.075
+    rate = 6.2e6
+    _, _, over = TraceBuilder(g, 32768, rate).build()
+    _, _, serial = TraceBuilder(ddp_graph(_ddp(overlap=False), 8), 32768, rate).build()
+    comm = [formulas.ideal_time("allreduce", "ring", 8, x["size"], rate) for x in colls]
+    assert serial == pytest.approx(compute + sum(comm))
+    assert over == pytest.approx(compute + comm[-1])  # the others hide under 4 layers' backward (200 ms)
+    assert TraceBuilder(g, 32768, float("inf")).build()[2] == pytest.approx(compute)
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        ({"layer_params": [1, 2]}, "give params .* or layer_params"),
+        ({"backward": ["1ms", "2ms"]}, "one duration or one per layer \\(12\\), got 2"),
+    ],
+)
+def test_ddp_bad_input(kw: dict[str, Any], reason: str) -> None:
+    with pytest.raises(SpecError, match=reason):
+        _ddp(**kw)
