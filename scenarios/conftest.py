@@ -204,9 +204,11 @@ def _matches(variant: dict[str, Any], match: dict[str, Any]) -> bool:
 
 def load(name: str) -> dict[str, Any]:
     """scenarios/<name>.yaml as a dict (test modules: ``scenario_helpers.scenario_data``)."""
+    from testbed.spec.scenario import resolve_paths
+
     data = yaml.safe_load((HERE / f"{name}.yaml").read_text())
     assert isinstance(data, dict)
-    return data
+    return resolve_paths(data, HERE)
 
 
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -27,9 +27,11 @@ ETHERNET_HEADER = 14
 
 def scenario_data(name: str) -> dict[str, Any]:
     """scenarios/<name>.yaml as a dict (what the ``experiment`` fixture runs when given no data)."""
+    from testbed.spec.scenario import resolve_paths
+
     data = yaml.safe_load((HERE / f"{name}.yaml").read_text())
     assert isinstance(data, dict)
-    return data
+    return resolve_paths(data, HERE)
 
 
 def drop_tail(ecn: Any) -> bool:

@@ -19,6 +19,7 @@ import yaml
 from scenarios.lab_sheets import LabSheet, check, parse, set_dotted
 from scenarios.scenario_helpers import REVERSED
 from testbed.cli import parser
+from testbed.spec.scenario import resolve_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 SHEETS = sorted((ROOT / "docs" / "labs").glob("lab*.md"))
@@ -65,6 +66,7 @@ def test_lab_sheet(sheet: LabSheet, experiment: Callable[..., object], tmp_path:
     data = yaml.safe_load((ROOT / sheet.scenario).read_text())
     for dotted, value in sheet.change.items():
         set_dotted(data, dotted, value)
+    resolve_paths(data, (ROOT / sheet.scenario).parent)  # the copy runs elsewhere: its traces stay where they are
     changed = tmp_path / f"{name}-changed.yaml"
     changed.write_text(yaml.safe_dump(data, sort_keys=False))
     argv = [*sheet.run_argv[:4], str(changed), "-o", str(tmp_path / "runs"), "--retake-unfaithful", "2"]

@@ -252,6 +252,15 @@ def expand(data: dict[str, Any]) -> ScenarioFile:
     return ScenarioFile(base, tuple(points))
 
 
+def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A scenario read from a file in ``base``: its trace jobs' relative paths made absolute from there (in place:
+    the resolved scenario, and so the manifest, names the file that ran)."""
+    for job in data.get("workload") or []:
+        if isinstance(job, dict) and job.get("kind") == "trace" and isinstance(job.get("path"), str) and job["path"]:
+            job["path"] = str((base / job["path"]).resolve())
+    return data
+
+
 def load_scenario_file(path: str | Path) -> ScenarioFile:
     p = Path(path)
     try:
@@ -271,10 +280,7 @@ def load_scenario_file(path: str | Path) -> ScenarioFile:
         raise SpecError("", f"{p} is not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise SpecError("", f"{p} must hold a mapping (name, fabric, workload, ...)")
-    for job in data.get("workload") or []:  # a trace's relative path is from the scenario file's directory
-        if isinstance(job, dict) and job.get("kind") == "trace" and isinstance(job.get("path"), str):
-            job["path"] = str((p.parent / job["path"]).resolve()) if job["path"] else job["path"]
-    sf = expand(data)
+    sf = expand(resolve_paths(data, p.parent))
     return ScenarioFile(sf.base, sf.points, p)
 
 

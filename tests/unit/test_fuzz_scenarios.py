@@ -29,12 +29,12 @@ from testbed.preflight import bounds  # noqa: E402
 from testbed.preflight.budget import check_budget  # noqa: E402
 from testbed.preflight.model import FALLBACK  # noqa: E402
 from testbed.spec.fabric import MAX_NODES  # noqa: E402
-from testbed.spec.scenario import expand, load_scenario_file  # noqa: E402
+from testbed.spec.scenario import expand, load_scenario_file, resolve_paths  # noqa: E402
 from testbed.spec.topology import Topology  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "scenarios").glob("*.yaml"))
-BASES = [yaml.safe_load(p.read_text()) for p in SHIPPED]
+BASES = [resolve_paths(yaml.safe_load(p.read_text()), p.parent) for p in SHIPPED]
 TEXTS = [p.read_bytes() for p in SHIPPED]
 EXAMPLES = 500  # per test
 
