@@ -163,6 +163,22 @@ def _runs(cmp: Comparison) -> str:
     return "\n".join(out) + "</table>"
 
 
+def _slowest(cmp: Comparison) -> list[str]:
+    """Each run's slowest replayed collective and the queue it waited behind most (results.metrics_trace)."""
+    rows = [(row.variant, r.run_id, s["slowest_collective"]) for row in cmp.rows
+            for r, s in zip(row.runs, row.summaries, strict=True) if s.get("slowest_collective")]  # fmt: skip
+    if not rows:
+        return []
+    head = ["variant", "run", "job", "node", "iteration", "time (ms)", "queue it waited behind most", "its max (KB)"]
+    out = ["<h2>Slowest collective</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for variant, run_id, c in rows:
+        peak = c.get("queue_backlog_max_bytes")
+        cells = (variant, run_id, c["job"], f"{c['node_id']} {c['name']}", c["iter"], f"{c['seconds'] * 1e3:.1f}",
+                 c.get("queue", "no queue data"), "" if peak is None else f"{peak / 1e3:.1f}")  # fmt: skip
+        out.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells) + "</tr>")
+    return ["\n".join(out) + "</table>"]
+
+
 def _sweeps(cmp: Comparison) -> list[str]:
     """The size sweeps in nccl-tests' layout (results.nccl_tests), to read beside a cluster's nccl-tests output."""
     text = nccl_tests.report_text(cmp.rows)
@@ -191,6 +207,7 @@ def render(cmp: Comparison, plots: Plots, title: str | None = None) -> str:
             "<h2>Figures</h2>",
             _figures(plots),
             *_sweeps(cmp),
+            *_slowest(cmp),
             "<h2>Scenario</h2>",
             "<p>Variant keys and their values per row:</p>",
             _pre(variants),

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from results import metrics_fabric, nccl_tests
+from results import metrics_fabric, metrics_trace, nccl_tests
 from results.record import NCCL_TESTS, SUMMARY, Run, RunRecord, load_run, write_json_atomic
 from results.stats import jain_index, percentiles
 from results.summary import Summary
@@ -269,7 +269,8 @@ def _fabric_metrics() -> list[Callable[[Run, Summary], None]]:
 def summarize(run: Run) -> dict[str, Any]:
     s = Summary()
     s.update({"schema": SUMMARY_SCHEMA, "run_id": run.run_id, "status": run.status})
-    for fn in [goodput, collectives, fct, rtt, traffic_matrix, duration, cpu, *_fabric_metrics()]:
+    for fn in [goodput, collectives, metrics_trace.slowest_collective, fct, rtt, traffic_matrix, duration, cpu,
+               *_fabric_metrics()]:  # fmt: skip
         fn(run, s)
     na = s.pop("not_applicable")
     s["not_applicable"] = na  # keep it last in the JSON for readability
