@@ -214,3 +214,19 @@ def test_ddp_buckets_overlap_the_backward() -> None:
 def test_ddp_bad_input(kw: dict[str, Any], reason: str) -> None:
     with pytest.raises(SpecError, match=reason):
         _ddp(**kw)
+
+
+def test_ddp_hierarchical_buckets() -> None:
+    """algorithm: hierarchical all-reduces each bucket by leaf (8 ranks on 4 leaves); the ideal uses its formula."""
+    from traffic.ddp import ddp_graph
+
+    leaves = [f"l{i // 2 + 1}" for i in range(8)]
+    g = ddp_graph(_ddp(algorithm="hierarchical", overlap=False), 8)
+    sch, built, ideal = TraceBuilder(g, 32768, 6.2e6, leaves=leaves).build()
+    execute(sch)
+    sizes_match(sch)
+    sizes = [b["size"] for b in built if b["kind"] == "coll"]
+    comm = sum(formulas.ideal_time("allreduce", "hierarchical", 8, s, 6.2e6, leaves) for s in sizes)
+    assert ideal == pytest.approx(12 * 0.075 + comm)
+    with pytest.raises(SpecError, match="hierarchical is an all-reduce over every rank"):
+        TraceBuilder(g, 32768, 6.2e6).build()  # no leaves known
