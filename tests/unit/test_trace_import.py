@@ -230,3 +230,38 @@ def test_ddp_hierarchical_buckets() -> None:
     assert ideal == pytest.approx(12 * 0.075 + comm)
     with pytest.raises(SpecError, match="hierarchical is an all-reduce over every rank"):
         TraceBuilder(g, 32768, 6.2e6).build()  # no leaves known
+
+
+def _scenario(workload: list[dict[str, Any]], **fabric: Any) -> dict[str, Any]:
+    fab = {"topology": "spine-leaf", "spines": 1, "leaves": 2, "hosts_per_leaf": 2,
+           "host_link": {"rate": "50Mbit", "mtu": 9000}, **fabric}  # fmt: skip
+    return {"name": "t", "fabric": fab, "workload": workload, "duration": "60s"}
+
+
+def test_compute_stretches_with_fabric_scale(tmp_path: Path) -> None:
+    """Under fabric.scale the rates are divided by F and trace or DDP compute times multiplied by it."""
+    from testbed.spec.scenario import expand
+    from traffic.trace_job import job_graph
+
+    path = tmp_path / "w.txt"
+    path.write_text("DATA\n1\nl -1 1000 NONE 0 2000 NONE 0 3000 ALLREDUCE 1000 1\n")
+    jobs = [{"kind": "trace", "name": "t", "format": "astra_text", "path": str(path), "time_unit": "us"},
+            {"kind": "ddp", "name": "d", "params": 1000, "layers": 2, "backward": "10ms"}]  # fmt: skip
+    trace, ddp = expand(_scenario(jobs, scale=100)).base.workload
+    assert trace.time_scale == ddp.time_scale == 100.0  # type: ignore[union-attr]
+    comp = [x["seconds"] for x in job_graph(trace, 4)["nodes"][0] if x["kind"] == "comp"]  # type: ignore[arg-type]
+    assert comp == pytest.approx([0.1, 0.3, 0.2])  # fwd, wg, ig: x 100
+    assert [x["seconds"] for x in job_graph(ddp, 4)["nodes"][0][:2]] == pytest.approx([0.5, 0.5])  # type: ignore[arg-type]
+
+
+def test_preflight_refuses_a_malformed_trace_in_one_line(tmp_path: Path) -> None:
+    from testbed.preflight import bounds
+    from testbed.spec.scenario import expand
+    from testbed.spec.topology import Topology
+
+    path = tmp_path / "w.txt"
+    path.write_text("DATA\n1\nl -1 1000 NONE 0 2000 NONE 0 3000 ALLREDUCE\n")
+    point = expand(_scenario([{"kind": "trace", "name": "t", "format": "astra_text", "path": str(path)}])).base
+    with pytest.raises(SpecError) as exc:
+        bounds.check_time(point.workload, Topology(point.fabric), point.duration_s)
+    assert str(exc.value) == f"workload[0].path: {path}: line 3: a layer has 12 columns, this one 10"
