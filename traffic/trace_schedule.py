@@ -58,8 +58,9 @@ class TraceBuilder:
         return self.sch, self.built, ideal
 
     def _deps(self, r: int, x: dict[str, Any]) -> tuple[tuple[Token, ...], float]:
-        toks = tuple(t for d in x["deps"] for t in self.done[(r, d)])
-        return toks, max((self.finish[(r, d)] for d in x["deps"]), default=0.0)
+        return _merge(t for d in x["deps"] for t in self.done[(r, d)]), max(
+            (self.finish[(r, d)] for d in x["deps"]), default=0.0
+        )
 
     def _seq(self, x: dict[str, Any], ranks: list[int], **kw: Any) -> None:
         self.sch.step_base = len(self.built) * STRIDE
@@ -115,7 +116,7 @@ class TraceBuilder:
             raise SpecError(self.where, f"rank {r} node {x['id']} ({x['name']}) receives {x['size']:,} bytes, "
                             f"rank {x['peer']} node {s['id']} sends {s['size']:,}")  # fmt: skip
         deps, t0 = self._deps(r, x)
-        self.done[(r, x["id"])] = (tok, *deps)
+        self.done[(r, x["id"])] = _merge((tok, *deps))
         self.finish[(r, x["id"])] = max(t0, arrival)
         self.pos[r] += 1
         return True
@@ -145,7 +146,7 @@ class TraceBuilder:
         t1 = t0 + (formulas.ideal_time(first["coll"], alg, len(group), first["size"], self.rate, self.leaves)
                    if len(group) > 1 else 0.0)  # fmt: skip
         for m, y in met.items():
-            self.done[(m, y["id"])] = self._new_tokens(m, before[m]) + deps[m][0]
+            self.done[(m, y["id"])] = _merge(self._new_tokens(m, before[m]) + deps[m][0])
             self.finish[(m, y["id"])] = t1
             self.pos[m] += 1
         return True
@@ -182,6 +183,15 @@ class TraceBuilder:
             for i in range(m):
                 for off in range(1, m):
                     sch.send(members[i], members[(i + off) % m], per[(i + off) % m], off)
+
+
+def _merge(tokens: Any) -> tuple[Token, ...]:
+    """One token per key, the highest count: "count messages from peer" holds for every lower count too (a chain
+    of collectives would otherwise carry every earlier one's tokens)."""
+    most: dict[int, int] = {}
+    for key, count in tokens:
+        most[key] = max(count, most.get(key, 0))
+    return tuple(most.items())
 
 
 _ALG = {"allreduce": "ring", "allgather": "ring", "reduce_scatter": "ring", "broadcast": "ring", "alltoall": "pairwise"}

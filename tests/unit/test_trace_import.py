@@ -265,3 +265,15 @@ def test_preflight_refuses_a_malformed_trace_in_one_line(tmp_path: Path) -> None
     with pytest.raises(SpecError) as exc:
         bounds.check_time(point.workload, Topology(point.fabric), point.duration_s)
     assert str(exc.value) == f"workload[0].path: {path}: line 3: a layer has 12 columns, this one 10"
+
+
+def test_a_chain_of_collectives_keeps_dependencies_short() -> None:
+    """60 buckets all-reduced one after another: a message waits on one token per key (the highest count), not on
+    every earlier collective's tokens."""
+    from traffic.ddp import ddp_graph
+
+    g = ddp_graph(_ddp(layers=60, params=60_000, bucket="1B", backward="1ms"), 4)
+    sch, _, _ = TraceBuilder(g, 32768, RATE).build()
+    execute(sch)
+    longest = max(len(m.deps) for p in sch.ranks for q in p.sends.values() for m in q)
+    assert longest <= 2 * 4 + 2, longest  # per peer a receive count and a sent count, plus compute
