@@ -49,14 +49,12 @@ def _hottest(run: Run, ports: set[tuple[str, str]], t0: float, t1: float) -> tup
         q = run.table(table)
         if q.empty or col not in q:
             continue
-        t = numbers(q, "t")
-        q = q[(t >= t0) & (t <= t1)]
-        q = q[[(str(n), str(d)) in ports for n, d in zip(q["node"], q["dev"], strict=True)]]
-        if q.empty:
+        t, port = numbers(q, "t"), q["node"].astype(str) + ":" + q["dev"].astype(str)
+        keep = (t >= t0) & (t <= t1) & port.isin({f"{n}:{d}" for n, d in ports})
+        if not keep.any():
             continue
-        peak = q.assign(b=numbers(q, col)).groupby(["node", "dev"])["b"].max().sort_values()
-        (node, dev), value = peak.index[-1], float(peak.iloc[-1])
-        return f"{node}:{dev}", value, "bpf" if table == "qslots" else "poller"
+        peak = numbers(q, col)[keep].groupby(port[keep]).max().sort_values()
+        return str(peak.index[-1]), float(peak.iloc[-1]), "bpf" if table == "qslots" else "poller"
     return None
 
 

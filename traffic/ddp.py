@@ -16,8 +16,8 @@ from typing import Any
 from testbed.spec.workload import DdpJob
 
 
-def ddp_graph(spec: DdpJob, ranks: int, time_scale: float = 1.0) -> dict[str, Any]:
-    layers = spec.per_layer()
+def ddp_graph(spec: DdpJob, ranks: int) -> dict[str, Any]:
+    layers, time_scale = spec.per_layer(), spec.time_scale
     nodes: list[dict[str, Any]] = []
 
     def add(name: str, deps: list[int], **kw: Any) -> int:

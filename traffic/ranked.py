@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.spec.topology import HostInfo
-from testbed.spec.workload import CollectiveJob, DdpJob, PipelineJob, PsJob, TraceJob
+from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, StepJob
 from traffic import formulas
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
 from traffic.trace_job import trace_config, trace_ops
@@ -48,7 +48,7 @@ class RankedGenerator(ProcGenerator):
     """Runs a CollectiveJob, TraceJob, DdpJob, PsJob or PipelineJob; ``index`` (its place in the workload) picks
     its ports."""
 
-    def __init__(self, spec: CollectiveJob | TraceJob | DdpJob | PsJob | PipelineJob, index: int):
+    def __init__(self, spec: CollectiveJob | StepJob | PsJob | PipelineJob, index: int):
         super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = 20000 + 10 * index
@@ -97,7 +97,7 @@ class RankedGenerator(ProcGenerator):
             cfg["channels"] = s.channels
             if s.sizes:
                 cfg["sizes"] = list(s.wire_sizes)
-        elif isinstance(s, (TraceJob, DdpJob)):
+        elif isinstance(s, StepJob):
             cfg.update(trace_config(s, [h.leaf for h in ranks], ctx.payload_Bps))
         elif isinstance(s, PsJob):
             cfg.update(algorithm="sharded", workers=len(s.workers), servers=len(s.servers), size=s.size, slice=s.slice)
@@ -133,7 +133,7 @@ def _ideal(cfg: dict[str, Any], size: int) -> tuple[float, float | None]:
     if kind == "pipeline":
         p = cfg["pipeline"]
         return formulas.pipeline_ideal_time(n, p["microbatches"], p["compute"], p["compute_bwd"]), None
-    if kind in ("trace", "ddp"):
+    if "trace" in cfg:  # a trace or DDP step: its critical path (traffic.trace_job)
         return cfg["ideal_s"], None
     ideal = formulas.ideal_time(kind, cfg["algorithm"], n, size, rate, cfg["leaves"])
     return ideal, formulas.busbw_factor(kind, n)

@@ -138,7 +138,7 @@ def read_astra_text(path: Path, ranks: int, where: str, time_unit: str = "ns") -
     if len(lines) < 2:
         raise SpecError(where, f"{path}: line {len(lines) + 1}: expected the parallelism and the layer count")
     head = lines[0].split()
-    kind, params = (head[0] if head else ""), _header_params(head[1:], path, where)
+    kind, params = (head[0] if head else ""), _header_params(head[1:])
     if not (kind in ("DATA", "MODEL") or kind.startswith("HYBRID")):
         raise SpecError(where, f"{path}: line 1: unknown parallelism {kind!r} (DATA, MODEL, HYBRID_...)")
     mp = int(params.get("model_parallel_NPU_group", ranks)) if kind.startswith("HYBRID") else ranks
@@ -156,7 +156,8 @@ def read_astra_text(path: Path, ranks: int, where: str, time_unit: str = "ns") -
     return check_graph({"ranks": ranks, "nodes": nodes}, where, str(path))
 
 
-def _header_params(tokens: list[str], path: Path, where: str) -> dict[str, str]:
+def _header_params(tokens: list[str]) -> dict[str, str]:
+    """The header's ``key: value`` pairs (``model_parallel_NPU_group: 8``)."""
     out: dict[str, str] = {}
     for i in range(0, len(tokens) - 1, 2):
         if tokens[i].endswith(":"):

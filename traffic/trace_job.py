@@ -10,18 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.spec.workload import DdpJob, TraceJob
+from testbed.spec.workload import DdpJob, StepJob, TraceJob
 from traffic.ddp import ddp_graph
 from traffic.trace_graph import load_trace
 from traffic.trace_schedule import STRIDE, TraceBuilder
 
 
-def job_graph(spec: TraceJob | DdpJob, ranks: int) -> dict[str, Any]:
+def job_graph(spec: StepJob, ranks: int) -> dict[str, Any]:
     """The step a trace or DDP job replays, over ``ranks`` ranks."""
-    return load_trace(spec, ranks) if isinstance(spec, TraceJob) else ddp_graph(spec, ranks, spec.time_scale)
+    if isinstance(spec, TraceJob):
+        return load_trace(spec, ranks)
+    assert isinstance(spec, DdpJob)
+    return ddp_graph(spec, ranks)
 
 
-def trace_config(spec: TraceJob | DdpJob, leaves: list[str], rate_Bps: float) -> dict[str, Any]:
+def trace_config(spec: StepJob, leaves: list[str], rate_Bps: float) -> dict[str, Any]:
     """What the workers and ``parse`` need: the graph, its nodes as built, its ideal time at the link rate and its
     compute alone (the ideal with communication free: what the exposed communication is measured against)."""
     graph = job_graph(spec, len(leaves))

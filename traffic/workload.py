@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from testbed.spec.workload import (
     CollectiveJob,
-    DdpJob,
     IperfJob,
     JobSpec,
     PipelineJob,
@@ -22,7 +21,7 @@ from testbed.spec.workload import (
     RttProbeJob,
     ScapyTrainJob,
     ShortFlowsJob,
-    TraceJob,
+    StepJob,
 )
 from traffic.base import Generator, GeneratorError, Rows, RunContext
 from traffic.gate import write_atomic
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 
 def make_generator(spec: JobSpec, index: int) -> Generator:
     """The generator of one job; ``index`` is its place in the workload (it picks distinct ports)."""
-    if isinstance(spec, (CollectiveJob, TraceJob, DdpJob, PsJob, PipelineJob)):
+    if isinstance(spec, (CollectiveJob, StepJob, PsJob, PipelineJob)):
         return RankedGenerator(spec, index)
     if isinstance(spec, IperfJob):
         return IperfGenerator(spec, index)

@@ -25,7 +25,7 @@ from typing import Any
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.fields import SpecError
 from testbed.spec.topology import Topology
-from testbed.spec.workload import CollectiveJob, DdpJob, PipelineJob, PsJob, ShortFlowsJob, TraceJob
+from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, ShortFlowsJob, StepJob, TraceJob
 from traffic import formulas
 from traffic.ranked import resolve_ranks
 from traffic.trace_job import job_graph
@@ -86,7 +86,7 @@ def job_need(job: Any, topo: Topology) -> Need:
         runs = job.warmup + job.iterations
         what = f"{runs} iterations of each of {len(its)} sizes up to {job.wire_size:,} bytes over {len(hosts)} ranks"
         return Need(max(its), runs * sum(its), "sizes", f"{what}, {sum(its):.3g} s a round")
-    if isinstance(job, (TraceJob, DdpJob)):
+    if isinstance(job, StepJob):
         leaves = [h.leaf for h in resolve_ranks(job.ranks, topo.hosts, job.name)]
         key = "path" if isinstance(job, TraceJob) else "algorithm"
         _, built, ideal = TraceBuilder(job_graph(job, len(leaves)), job.slice, rate, key, leaves).build()

@@ -36,7 +36,7 @@ from testbed.spec.fields import SpecError, boolean, check_keys, integer, number,
 from testbed.spec.scaling import apply_scale
 from testbed.spec.topology import Topology
 from testbed.spec.units import Size, UnitError, parse_duration
-from testbed.spec.workload import DdpJob, TraceJob, parse_workload
+from testbed.spec.workload import StepJob, parse_workload
 
 SCENARIO_KEYS = {
     "name",
@@ -185,7 +185,7 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
     workload = parse_workload(data.get("workload", []) or [], "workload")
     if scale_notes:  # a trace's compute times stretch with the rates
         factor = float(scale_notes["factor"])
-        workload = tuple(replace(j, time_scale=factor) if isinstance(j, (TraceJob, DdpJob)) else j for j in workload)
+        workload = tuple(replace(j, time_scale=factor) if isinstance(j, StepJob) else j for j in workload)
     for i, job in enumerate(workload):
         check_hosts = getattr(job, "hosts_used", None)
         for host in check_hosts() if callable(check_hosts) else ():

@@ -145,7 +145,19 @@ class CollectiveJob(RankedJob):
 
 
 @dataclass(frozen=True)
-class TraceJob(RankedJob):
+class StepJob(RankedJob):
+    """A training step replayed as a graph (traffic.trace_job): an imported trace or a DDP step. ``slice`` as for
+    collectives; compute times stretch by ``fabric.scale``'s factor like the link rates (``time_scale``, set by the
+    scenario, not a scenario key); the step's own compute replaces ``compute_gap``."""
+
+    slice: int = spec_field(32_768, f.bytes_)
+    time_scale: float = 1.0
+
+    LEAVE_OUT: ClassVar[frozenset[str]] = frozenset({"compute_gap"})
+
+
+@dataclass(frozen=True)
+class TraceJob(StepJob):
     """A training step replayed from a trace (``kind: trace``; traffic.trace_graph): ``format`` chakra (``path`` is
     the prefix of ``PATH.RANK.et``, one Chakra execution trace per rank, ASTRA-sim's naming) or astra_text
     (``path`` is an ASTRA-sim 1.x / SimAI text workload); a relative path is from the scenario file's directory.
@@ -158,10 +170,6 @@ class TraceJob(RankedJob):
     path: str = spec_field("", f.text, required=True)
     groups: tuple[tuple[str, tuple[int, ...]], ...] = spec_field((), f.rank_groups)
     time_unit: str = spec_field("ns", f.one_of("ns", "us", "ms"))
-    slice: int = spec_field(32_768, f.bytes_)
-    time_scale: float = 1.0  # fabric.scale's factor, set by the scenario (not a scenario key)
-
-    LEAVE_OUT: ClassVar[frozenset[str]] = frozenset({"compute_gap"})
 
     def check(self, data: Mapping[str, Any], path: str) -> None:
         if self.format == "chakra" and "time_unit" in data:
@@ -173,7 +181,7 @@ class TraceJob(RankedJob):
 
 
 @dataclass(frozen=True)
-class DdpJob(RankedJob):
+class DdpJob(StepJob):
     """PyTorch-DDP-style data parallelism (``kind: ddp``; traffic.ddp): a model of ``layers`` layers holding
     ``params`` parameters (evenly; or ``layer_params``, a count per layer in forward order) of
     ``bytes_per_param`` bytes of gradient (4: fp32), ``forward`` and ``backward`` compute per layer (a duration or
@@ -193,10 +201,6 @@ class DdpJob(RankedJob):
     bucket: int = spec_field(25 << 20, f.bytes_)
     overlap: bool = spec_field(True, f.boolean)
     algorithm: str = spec_field("ring", f.one_of("ring", "hierarchical"))
-    slice: int = spec_field(32_768, f.bytes_)
-    time_scale: float = 1.0  # fabric.scale's factor, set by the scenario (not a scenario key)
-
-    LEAVE_OUT: ClassVar[frozenset[str]] = frozenset({"compute_gap"})
 
     @classmethod
     def defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
