@@ -15,6 +15,7 @@ import yaml
 
 from results import nccl_tests
 from results.compare import Comparison, Row, cell_text, fmt, table_cells
+from results.machines import calibration_caveat
 from results.plots import Plots
 
 CSS = """
@@ -79,6 +80,9 @@ def reading(cmp: Comparison) -> str:
     unfaithful = [r.variant for r in cmp.rows if r.fidelity.startswith("NOT")]
     if unfaithful:
         parts.append("Fidelity guardrails failed for: " + ", ".join(unfaithful) + " (treat those numbers with care).")
+    caveat = calibration_caveat(r.manifest for row in cmp.rows for r in row.runs)
+    if caveat:
+        parts.append(caveat)
     if not done:
         parts.append("No run completed, so no variant is compared.")
     return " ".join(parts)

@@ -117,16 +117,7 @@ class RunRecord:
         parent.mkdir(parents=True, exist_ok=True)
         slug = variant_slug(variant)
         safe_name = re.sub(r"[^A-Za-z0-9._-]+", "-", scenario_name).strip("-") or "run"
-        base = f"{started.strftime('%Y%m%dT%H%M%S')}Z-{safe_name}" + (f"-{slug}" if slug else "")
-        path = parent / base
-        for n in range(2, 10_000):
-            try:
-                path.mkdir()
-                break
-            except FileExistsError:
-                path = parent / f"{base}-{n}"
-        else:
-            raise RecordError(f"{parent}: no free directory name for {base}")
+        path = cls.reserve(parent, f"{started.strftime('%Y%m%dT%H%M%S')}Z-{safe_name}" + (f"-{slug}" if slug else ""))
         (path / "raw").mkdir()
         manifest: dict[str, Any] = {
             "schema": SCHEMA,
@@ -152,6 +143,18 @@ class RunRecord:
         record = cls(path, manifest)
         record._write_manifest()
         return record
+
+    @staticmethod
+    def reserve(parent: Path, base: str) -> Path:
+        """A new, empty directory ``parent/base`` (or ``base-2``, ``base-3``, ... when taken): never an existing one."""
+        path = parent / base
+        for n in range(2, 10_000):
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                path = parent / f"{base}-{n}"
+        raise RecordError(f"{parent}: no free directory name for {base}")
 
     def _write_manifest(self) -> None:
         write_json_atomic(self.path / MANIFEST, self.manifest)

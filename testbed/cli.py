@@ -1,9 +1,10 @@
-"""Command line: doctor, clean, cli, run, demo, report, bench, vm, calibrate."""
+"""Command line: doctor, clean, cli, run, demo, scheduler, worker, report, bench, vm, calibrate."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -72,13 +73,20 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         allow_unfaithful=args.allow_unfaithful,
         retake_unfaithful=args.retake_unfaithful,
         lock_wait=args.wait,
+        cluster=args.cluster or os.environ.get("TESTBED_CLUSTER") or None,
+        tls=(args.tls_ca_file, args.tls_cert, args.tls_key),
     )
 
 
 def _run(args: argparse.Namespace) -> int:
     from testbed.run import run_main
 
-    return run_main(run_options(args))
+    opts = run_options(args)
+    if opts.cluster:
+        from testbed.cluster.client import run_on_cluster
+
+        return run_main(opts, run_on_cluster)
+    return run_main(opts)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -103,6 +111,24 @@ def _calibrate(args: argparse.Namespace) -> int:
     from testbed.calibrate.cli import main as calibrate_main
 
     return calibrate_main(args.rest)
+
+
+def _tls_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-ca-file", default=None, help="cluster TLS: the CA (else Dask's configuration)")
+    p.add_argument("--tls-cert", default=None, help="cluster TLS: this side's certificate")
+    p.add_argument("--tls-key", default=None, help="cluster TLS: its key")
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    from testbed.cluster.serve import scheduler_main, security
+
+    return scheduler_main(args.host, args.port, security(args.tls_ca_file, args.tls_cert, args.tls_key))
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from testbed.cluster.serve import security, worker_main
+
+    return worker_main(args.address, security(args.tls_ca_file, args.tls_cert, args.tls_key))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -146,7 +172,23 @@ def parser() -> argparse.ArgumentParser:
             metavar="N",
             help="run a point that failed a fidelity guardrail again, up to N times (the first record is kept)",
         )
+        r.add_argument(
+            "--cluster",
+            default=None,
+            metavar="ADDRESS",
+            help="run the points on a Dask cluster's testbed workers (default: $TESTBED_CLUSTER, else here)",
+        )
+        _tls_options(r)
         r.set_defaults(fn=_run)
+    sch = sub.add_parser("scheduler", help="start a Dask scheduler for testbed workers (binds to localhost)")
+    sch.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
+    sch.add_argument("--port", type=int, default=8786)
+    _tls_options(sch)
+    sch.set_defaults(fn=_scheduler)
+    w = sub.add_parser("worker", help="join a cluster as a worker: one point at a time, as root")
+    w.add_argument("address", help="the scheduler, e.g. tcp://10.0.0.1:8786")
+    _tls_options(w)
+    w.set_defaults(fn=_worker)
     for name, fn, helptext in (
         ("report", _report, "compare run records: table, plots, HTML"),
         ("vm", _vm, "run a command inside a pinned stock kernel (QEMU)"),

@@ -305,9 +305,12 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             w.write(row)
 
 
-def preflight(point: Scenario, caps: Capabilities) -> None:
+def preflight(point: Scenario, caps: Capabilities, budget: bool = True) -> None:
     """Refuse a point this machine cannot run, before anything is built: a SpecError (exit 2) whatever the reason
-    (a missing capability, a guest it does not fit, too many nodes, too long a job, too little CPU)."""
+    (a missing capability, a guest it does not fit, too many nodes, too long a job, too little CPU).
+
+    ``budget=False`` leaves out the CPU budget, which needs the machine's own calibration: a cluster client judges
+    a worker by its capabilities, and the worker's own preflight judges the budget."""
     try:
         topo = check_spec(point.fabric, caps)
         guestfit.check_fabric(point.fabric)
@@ -315,7 +318,8 @@ def preflight(point: Scenario, caps: Capabilities) -> None:
         bounds.check_time(point.workload, topo, point.duration_s)
         if point.telemetry.bpf_queues:
             check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(topo.ports()))
-        pf_budget.require_budget(point, caps)
+        if budget:
+            pf_budget.require_budget(point, caps)
     except SpecError:
         raise
     except TestbedError as exc:
@@ -365,6 +369,8 @@ class RunOptions:
     allow_unfaithful: bool = False  # exit 0 even when a run failed a fidelity guardrail
     retake_unfaithful: int = 0  # run an unfaithful point again, up to this many times
     lock_wait: float = 0.0  # seconds to wait for another run's lock
+    cluster: str | None = None  # run the points on this Dask scheduler's workers (the CLI reads $TESTBED_CLUSTER)
+    tls: tuple[str | None, str | None, str | None] = (None, None, None)  # the cluster's CA, certificate, key
 
 
 def _in_guest(args: RunOptions, kernel: str) -> int:
@@ -393,15 +399,22 @@ def guest_environment() -> dict[str, str] | None:
     return {k: v for k, v in os.environ.items() if k.startswith("TESTBED_GUEST")}
 
 
-def run_main(args: RunOptions) -> int:
+PointsRunner = Callable[[ScenarioFile, RunOptions], list[RunResult]]
+
+
+def run_main(args: RunOptions, runner: PointsRunner | None = None) -> int:
+    """Run every point (here, or with ``runner``: the cluster client), print where the records are, report."""
     sf = load_scenario_file(args.scenario)
-    if not os.environ.get("TESTBED_GUEST"):
+    if runner is None and not os.environ.get("TESTBED_GUEST"):
         if args.kernel:
             return _in_guest(args, args.kernel)
         if sf.base.kernel == "stock":
             return _in_guest(args, "debian-6.1")
     out = Path(args.out)
-    results = run_file(sf, out, lock_wait=args.lock_wait, retake_unfaithful=args.retake_unfaithful)
+    if runner is not None:
+        results = runner(sf, args)
+    else:
+        results = run_file(sf, out, lock_wait=args.lock_wait, retake_unfaithful=args.retake_unfaithful)
     for r in results:
         for old in r.retaken:
             print(f"{'retaken':9s} {old} (NOT FAITHFUL, superseded)")

@@ -28,6 +28,7 @@ PY = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 # Every option of `run`, each away from its default (the demo takes the same ones without the scenario)
 OPTIONS = ["--wait", "5", "--kernel", "k", "--no-report", "--allow-unfaithful", "--retake-unfaithful", "1", "-o", "d"]
+OPTIONS += ["--cluster", "tcp://s:8786", "--tls-ca-file", "ca", "--tls-cert", "c", "--tls-key", "k"]
 EXPECTED = {
     "out": Path("d"),
     "report": False,
@@ -35,6 +36,8 @@ EXPECTED = {
     "allow_unfaithful": True,
     "retake_unfaithful": 1,
     "lock_wait": 5.0,
+    "cluster": "tcp://s:8786",
+    "tls": ("ca", "c", "k"),
 }
 
 
@@ -130,9 +133,11 @@ def test_a_bug_in_the_run_path_shows_its_traceback(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["run", "demo"])
 def test_main_hands_run_main_the_options(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[RunOptions] = []
+    runners: list[Any] = []
 
-    def run_main(opts: RunOptions) -> int:
+    def run_main(opts: RunOptions, runner: Any = None) -> int:
         seen.append(opts)
+        runners.append(runner)
         return 7
 
     monkeypatch.setattr(run_mod, "run_main", run_main)
@@ -140,6 +145,16 @@ def test_main_hands_run_main_the_options(command: str, monkeypatch: pytest.Monke
     assert cli.main(argv) == 7
     scenario = Path("x.yaml") if command == "run" else Path(cli.DEFAULT_SCENARIO)
     assert seen == [RunOptions(scenario=scenario, **EXPECTED)]
+    from testbed.cluster.client import run_on_cluster
+
+    assert runners == [run_on_cluster]  # --cluster: the points go to the cluster client
+
+
+def test_testbed_cluster_in_the_environment_is_the_cluster_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESTBED_CLUSTER", "tcp://e:8786")
+    assert cli.run_options(cli.parser().parse_args(["run", "x.yaml"])).cluster == "tcp://e:8786"
+    opts = cli.run_options(cli.parser().parse_args(["run", "x.yaml", "--cluster", "tcp://o:1"]))
+    assert opts.cluster == "tcp://o:1"
 
 
 # --- run_options: every RunOptions field has an option ------------------------------------------------------------

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "top",
         (
             "testbed.run",
+            "testbed.cluster",
             "testbed.cli",
             "testbed.labcli",
             "testbed.__main__",
