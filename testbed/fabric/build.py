@@ -172,8 +172,8 @@ class Fabric:
             node = net.addHost(name, cls=Host)
             self.state.add("pids", node.pid)
             ns = self.netns(name)
+            self.state.add("namespaces", ns)  # written down first: a Ctrl-C right after the attach still deletes it
             run_checked(["ip", "netns", "attach", ns, str(node.pid)])
-            self.state.add("namespaces", ns)
         for lk in self.topo.links:
             net.addLink(lk.a, lk.b, intfName1=lk.a_dev, intfName2=lk.b_dev)
         self.hosts = {name: replace(h, netns=self.netns(name)) for name, h in self.topo.hosts.items()}

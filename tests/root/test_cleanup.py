@@ -224,3 +224,30 @@ def test_killed_run_leaves_no_struct_ops_or_allowed_cc(tmp_path: Path) -> None:
     assert "unregistered struct_ops id" in cp.stdout and name in cp.stdout, cp.stdout
     wait_until(lambda: name not in structops.registered(), 30, f"{name} to be gone")
     assert Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text() == allowed
+
+
+def test_ctrl_c_right_after_a_namespace_is_attached_leaves_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20's Ctrl-C test once left `tbXXXX-l2`: the build named a namespace only after attaching it, so a
+    SIGINT between the two left it to `testbed clean`. Here the interrupt comes right after the third attach."""
+    from testbed.fabric import build
+    from testbed.fabric.build import Fabric
+    from testbed.spec.fabric import FabricSpec
+
+    attached: list[str] = []
+    real = build.run_checked
+
+    def attach_then_interrupt(argv: list[str], *args: object, **kwargs: object) -> object:
+        out = real(argv, *args, **kwargs)
+        if argv[:3] == ["ip", "netns", "attach"]:
+            attached.append(argv[3])
+            if len(attached) == 3:
+                raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(build, "run_checked", attach_then_interrupt)
+    fab = Fabric(FabricSpec.from_dict({"spines": 1, "leaves": 2, "hosts_per_leaf": 1}), lock_wait=300)
+    with pytest.raises(KeyboardInterrupt):
+        fab.build()
+    assert len(attached) == 3
+    left = set(attached) & set(list_netns())
+    assert not left, f"namespaces left after the interrupted build: {sorted(left)}"

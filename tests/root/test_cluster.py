@@ -174,6 +174,7 @@ def test_a_worker_killed_mid_point_costs_a_rerun(cluster: Any, tmp_path: Path) -
     import psutil
 
     wait_until(lambda: not any(psutil.pid_exists(c) for c in children), 120, "the killed worker's children to exit")
+    assert not list((tmp_path / "dask").rglob("tbpoint-*")), "a point's scratch was left in the worker's directory"
     assert nothing_left() == "nothing to clean"
     assert not list(out.glob(".incoming-*"))
 

@@ -158,3 +158,24 @@ def test_a_point_no_worker_can_run_is_a_failed_record(tmp_path: Path) -> None:
         m = json.loads((r.path / "manifest.json").read_text())
         assert m["status"] == "failed" and m["error"].startswith("no worker can run this point: ")
         assert "link delay needs sch_netem" in m["error"]
+
+
+def always_fails(task_json: str, cancel_event: str | None = None) -> dict[str, Any]:
+    raise RuntimeError("the point's machine caught fire")
+
+
+def test_a_point_that_failed_on_every_try_is_a_failed_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task that errs (Dask's KilledWorker after the allowed failures takes the same path) leaves a failed record
+    with the reason, and the sweep's other points still run."""
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(cl, "run_point_task", always_fails)
+    opts = worker_options(caps())
+    opts.pop("nthreads")
+    sf = expand({**DELAYED, "repeat": 1})
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, **opts) as cluster:
+        results = cl.run_cluster(sf, tmp_path / "runs", cluster.scheduler_address, stream=io.StringIO())
+    assert [r.status for r in results] == ["failed", "failed"]
+    for r in results:
+        error = json.loads((r.path / "manifest.json").read_text())["error"]
+        assert error == "failed on the cluster: RuntimeError: the point's machine caught fire"
