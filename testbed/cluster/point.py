@@ -20,7 +20,7 @@ from typing import Any
 
 from testbed.errors import TestbedError
 from testbed.spec.fields import SpecError
-from testbed.spec.scenario import ScenarioFile, build_scenario
+from testbed.spec.scenario import Scenario, ScenarioFile, build_scenario
 
 PR_SET_PDEATHSIG = 1
 
@@ -39,6 +39,19 @@ def point_from_task(task: dict[str, Any]) -> ScenarioFile:
     variant = tuple((str(k), v) for k, v in task["variant"])
     point = build_scenario(task["scenario"], variant, int(task["repeat_index"]))
     return ScenarioFile(point, (point,))
+
+
+def task_json(point: Scenario, lock_wait: float, retake_unfaithful: int) -> str:
+    """A task's only data: the point's scenario dict (as a local sweep builds it), its variant and repetition."""
+    return json.dumps(
+        {
+            "scenario": point.raw,
+            "variant": [[k, v] for k, v in point.variant],
+            "repeat_index": point.repeat_index,
+            "lock_wait": lock_wait,
+            "retake_unfaithful": retake_unfaithful,
+        }
+    )
 
 
 def result_entry(res: Any) -> dict[str, Any]:

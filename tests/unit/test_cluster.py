@@ -14,9 +14,11 @@ import pytest
 
 from results.machines import calibration_caveat
 from testbed.cluster import client as cl
-from testbed.cluster.point import point_from_task
+from testbed.cluster.point import point_from_task, task_json
+from testbed.cluster.records import land
 from testbed.cluster.serve import security
 from testbed.cluster.task import pack, run_point_task, worker_info, worker_options
+from testbed.cluster.workers import ClusterError, WorkerView, placement
 from testbed.host.capabilities import NEEDS
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import expand, resolved
@@ -41,7 +43,7 @@ def test_a_task_is_json_and_rebuilds_the_same_point() -> None:
     sf = expand(DELAYED)
     assert len(sf.points) == 4
     for point in sf.points:
-        text = cl.task_json(point, 60.0, 1)
+        text = task_json(point, 60.0, 1)
         task = json.loads(text)
         assert task["lock_wait"] == 60.0 and task["retake_unfaithful"] == 1
         (again,) = point_from_task(task).points
@@ -61,15 +63,15 @@ def test_a_worker_without_netem_is_not_given_a_delayed_point() -> None:
     info = {"metrics": {"testbed": worker_info(caps(qdisc_netem=False))}, "host": "10.0.0.2"}
     able = {"metrics": {"testbed": worker_info(caps())}, "host": "10.0.0.3"}
     views = {
-        "tcp://10.0.0.2:1": cl.WorkerView.from_info("tcp://10.0.0.2:1", info),
-        "tcp://10.0.0.3:1": cl.WorkerView.from_info("tcp://10.0.0.3:1", able),
+        "tcp://10.0.0.2:1": WorkerView.from_info("tcp://10.0.0.2:1", info),
+        "tcp://10.0.0.3:1": WorkerView.from_info("tcp://10.0.0.3:1", able),
     }
     workers = {k: v for k, v in views.items() if v is not None}
-    hosts, refused = cl.placement(point, workers)
+    hosts, refused = placement(point, workers)
     assert hosts == ["10.0.0.3"]
     ((who, why),) = refused.items()
     assert "tcp://10.0.0.2:1" in who and "netem" in why
-    assert cl.WorkerView.from_info("tcp://x:1", {"metrics": {}}) is None  # a plain Dask worker gets no points
+    assert WorkerView.from_info("tcp://x:1", {"metrics": {}}) is None  # a plain Dask worker gets no points
 
 
 def _record(tmp: Path, name: str) -> Path:
@@ -84,8 +86,8 @@ def test_a_returned_record_lands_whole_under_a_free_name(tmp_path: Path) -> None
     archive = pack(_record(tmp_path, "20261204T000000Z-a"))
     out = tmp_path / "runs"
     worker = {"address": "tcp://w:1", "host": "w"}
-    first = cl.land(archive, out, worker)
-    second = cl.land(archive, out, worker)  # the same name again: never over the first
+    first = land(archive, out, worker)
+    second = land(archive, out, worker)  # the same name again: never over the first
     assert [first.name, second.name] == ["20261204T000000Z-a", "20261204T000000Z-a-2"]
     for path in (first, second):
         m = json.loads((path / "manifest.json").read_text())
@@ -99,19 +101,19 @@ def test_an_archive_reaching_outside_its_record_is_refused(tmp_path: Path) -> No
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         info = tarfile.TarInfo("../escape")
         tar.addfile(info, io.BytesIO(b""))
-    with pytest.raises(cl.ClusterError, match=r"stray member '\.\./escape'"):
-        cl.land(buf.getvalue(), tmp_path / "runs", {})
+    with pytest.raises(ClusterError, match=r"stray member '\.\./escape'"):
+        land(buf.getvalue(), tmp_path / "runs", {})
     assert not (tmp_path / "escape").exists()
     assert list((tmp_path / "runs").iterdir()) == []
 
 
 def test_a_scheduler_that_does_not_answer_is_one_line() -> None:
-    with pytest.raises(cl.ClusterError, match=r"^cluster scheduler tcp://127\.0\.0\.1:9 did not answer: "):
+    with pytest.raises(ClusterError, match=r"^cluster scheduler tcp://127\.0\.0\.1:9 did not answer: "):
         cl.connect("tcp://127.0.0.1:9", timeout=1)
 
 
 def test_a_tls_scheduler_without_certificates_is_one_line() -> None:
-    with pytest.raises(cl.ClusterError, match=r"tls://127\.0\.0\.1:9 speaks TLS: give --tls-ca-file"):
+    with pytest.raises(ClusterError, match=r"tls://127\.0\.0\.1:9 speaks TLS: give --tls-ca-file"):
         cl.connect("tls://127.0.0.1:9", timeout=1)
 
 
