@@ -3,12 +3,14 @@
 The scheduler binds to localhost unless told otherwise. A worker runs as root after probing the machine, with one
 thread and one ``fabric`` resource, under a nanny that restarts it if it dies; it tells the client its capabilities,
 calibration and git revision (a worker metric). TLS comes from the three options, or from Dask's own configuration
-(``distributed.comm.tls.*``, e.g. in ~/.config/dask/distributed.yaml) when none is given.
+(``distributed.comm.tls.*``, e.g. in ~/.config/dask/distributed.yaml) when none is given. Both stop on Ctrl-C
+or SIGTERM; a stopping worker's nanny ends the worker process, whose running point is interrupted and torn down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from typing import Any
 
 from testbed.errors import TestbedError
@@ -45,6 +47,17 @@ def protocol(sec: Any) -> str:
     return "tls" if sec.require_encryption else "tcp"
 
 
+async def _until_finished_or_sigterm(server: Any) -> None:
+    """Serve until the server finishes or SIGTERM (a service manager's stop) asks it to close."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    finished = asyncio.ensure_future(server.finished())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([finished, stopped], return_when=asyncio.FIRST_COMPLETED)
+    for fut in (finished, stopped):
+        fut.cancel()
+
+
 async def _serve_scheduler(host: str, port: int, sec: Any) -> None:
     from distributed import Scheduler
 
@@ -53,7 +66,7 @@ async def _serve_scheduler(host: str, port: int, sec: Any) -> None:
             f"scheduler at {s.address}: start a worker per machine with `python3 -m testbed worker {s.address}`",
             flush=True,
         )
-        await s.finished()
+        await _until_finished_or_sigterm(s)
 
 
 def scheduler_main(host: str, port: int, sec: Any) -> int:
@@ -69,7 +82,7 @@ async def _serve_worker(address: str, sec: Any, caps: dict[str, Any]) -> None:
 
     async with Nanny(address, security=sec, **worker_options(caps)) as nanny:
         print(f"worker {nanny.worker_address} joined {address}; one point at a time (Ctrl-C stops it)", flush=True)
-        await nanny.finished()
+        await _until_finished_or_sigterm(nanny)
 
 
 def worker_main(address: str, sec: Any) -> int:

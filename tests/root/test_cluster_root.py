@@ -52,10 +52,31 @@ def testbed(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str
     return subprocess.run([PY, "-m", "testbed", *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
+# `python3 -m testbed` with SIGINT as a terminal's Ctrl-C finds it: a shell without job control (CI's) starts its
+# background commands with SIGINT ignored, and Python then never raises KeyboardInterrupt (CI19's client ignored
+# the test's Ctrl-C and finished its sweep). An ignored signal stays ignored across exec, so the child resets it.
+WITH_CTRL_C = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('testbed', run_name='__main__', alter_sys=True)"
+)
+
+
 def start_cli(*argv: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [PY, "-m", "testbed", *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [PY, "-c", WITH_CTRL_C, *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 60) -> str:
+    """Its output after ``sig``; killed (and the test failed) if it does not exit within ``timeout`` s."""
+    proc.send_signal(sig)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"{proc.args} did not exit {timeout:g} s after signal {sig}:\n{out[-2000:]}") from None
+    return out or ""
 
 
 @pytest.fixture(scope="module")
@@ -274,11 +295,8 @@ def test_scheduler_and_worker_commands(tmp_path: Path) -> None:
         assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
         (m,) = manifests(out)
         assert m["status"] == "complete" and m["worker"]["calibration"] is not None
-    finally:
+    finally:  # stopped as a service manager stops them
         for p in (worker, sched):
             if p is not None:
-                p.send_signal(signal.SIGINT)
-        for p in (worker, sched):
-            if p is not None:
-                p.communicate(timeout=60)
+                stop(p)
     assert nothing_left() == "nothing to clean"
