@@ -69,7 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         scenario.write_text(SWEEP.format(buffers=buffers))
         t0 = time.monotonic()
         with LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, **opts
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            local_directory=f"{tmp}/dask",
+            **opts,
         ) as c:
             startup = time.monotonic() - t0
             for i in range(args.runs):

@@ -61,9 +61,14 @@ WITH_CTRL_C = (
 )
 
 
-def start_cli(*argv: str) -> subprocess.Popen[str]:
+def start_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [PY, "-c", WITH_CTRL_C, *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [PY, "-c", WITH_CTRL_C, *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -288,7 +293,8 @@ def test_scheduler_and_worker_commands(tmp_path: Path) -> None:
             60,
             "the scheduler's address line",
         )
-        worker = start_cli("worker", address[1])
+        # the worker's directory under tmp_path, not Dask's default (/tmp/dask-worker-space keeps its lock files)
+        worker = start_cli("worker", address[1], env={"DASK_TEMPORARY_DIRECTORY": str(tmp_path / "dask")})
         path = scenario(tmp_path, [])
         out = tmp_path / "runs"
         cp = testbed("run", str(path), "-o", str(out), "--no-report", "--cluster", address[1])

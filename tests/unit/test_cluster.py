@@ -144,16 +144,29 @@ def test_the_report_flags_machines_calibrated_differently() -> None:
     assert "a: 2.00 us/packet" in text and "b: 3.00 us/packet" in text
 
 
+def in_process_cluster(tmp_path: Path, opts: dict[str, Any]) -> Any:
+    """One worker thread in this process, its directory under ``tmp_path`` (not Dask's default in /tmp)."""
+    from distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        dashboard_address=None,
+        local_directory=str(tmp_path / "dask"),
+        **opts,
+    )
+
+
 def test_a_point_no_worker_can_run_is_a_failed_record(tmp_path: Path) -> None:
     """An in-process Dask cluster whose only worker has no netem: the delayed points are never submitted; each
     is written as a failed record naming the worker and the reason."""
-    from distributed import LocalCluster
 
     opts = worker_options(caps(qdisc_netem=False))
     opts.pop("nthreads")
     sf = expand({**DELAYED, "repeat": 1})
     out = tmp_path / "runs"
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, **opts) as cluster:
+    with in_process_cluster(tmp_path, opts) as cluster:
         results = cl.run_cluster(sf, out, cluster.scheduler_address, stream=io.StringIO())
     assert [r.status for r in results] == ["failed", "failed"]
     for r in results:
@@ -169,13 +182,12 @@ def always_fails(task_json: str, cancel_event: str | None = None) -> dict[str, A
 def test_a_point_that_failed_on_every_try_is_a_failed_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A task that errs (Dask's KilledWorker after the allowed failures takes the same path) leaves a failed record
     with the reason, and the sweep's other points still run."""
-    from distributed import LocalCluster
 
     monkeypatch.setattr(cl, "run_point_task", always_fails)
     opts = worker_options(caps())
     opts.pop("nthreads")
     sf = expand({**DELAYED, "repeat": 1})
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, **opts) as cluster:
+    with in_process_cluster(tmp_path, opts) as cluster:
         results = cl.run_cluster(sf, tmp_path / "runs", cluster.scheduler_address, stream=io.StringIO())
     assert [r.status for r in results] == ["failed", "failed"]
     for r in results:
