@@ -177,25 +177,30 @@ def _create_record(
     """The point as it will run here (its telemetry fitted to a guest) and its new record."""
     telemetry, fit_notes = guestfit.fit_telemetry(scenario.telemetry)
     scenario = dataclasses.replace(scenario, telemetry=telemetry)
-    record = RunRecord.create(
+    record = point_record(
+        scenario,
+        out,
+        capabilities=caps.to_dict(),
+        tools=tool_versions(),
+        guest=guest_environment(),
+        **({"guest_fit": fit_notes} if fit_notes else {}),
+        **({"retake_of": retake_of} if retake_of else {}),
+    )
+    return scenario, record
+
+
+def point_record(scenario: Scenario, out: Path, **extra: Any) -> RunRecord:
+    """A new record of a sweep point under ``out``: its name, variant, resolved scenario, repetition and seed, the
+    scenario file's text, and ``extra`` manifest keys (a failed point the cluster client writes uses it too)."""
+    return RunRecord.create(
         out,
         scenario.name,
-        {k: v for k, v in scenario.variant},
+        dict(scenario.variant),
         scenario=resolved(scenario),
         repeat_index=scenario.repeat_index,
         seed=scenario.seed,
-        extra={
-            "description": scenario.description,
-            "capabilities": caps.to_dict(),
-            "tools": tool_versions(),
-            "guest": guest_environment(),
-            "scale": scenario.scale,
-            "scenario_file": scenario.raw,
-            **({"guest_fit": fit_notes} if fit_notes else {}),
-            **({"retake_of": retake_of} if retake_of else {}),
-        },
+        extra={"description": scenario.description, "scale": scenario.scale, "scenario_file": scenario.raw, **extra},
     )
-    return scenario, record
 
 
 def _record_point(

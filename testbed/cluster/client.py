@@ -14,7 +14,7 @@ import secrets
 import sys
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -138,13 +138,16 @@ class _Sweep:
     sf: ScenarioFile
     out: Path
     progress: ClusterProgress
-    cancel: str
-    futures: dict[Any, int]
-    results: dict[int, RunResult]
+    token: str = field(default_factory=lambda: secrets.token_hex(4))  # names this sweep's tasks and cancel event
+    futures: dict[Any, int] = field(default_factory=dict)
+    results: dict[int, RunResult] = field(default_factory=dict)
+
+    @property
+    def cancel(self) -> str:
+        return f"testbed-cancel-{self.token}"
 
     def submit(self, workers: Mapping[str, WorkerView], lock_wait: float, retake_unfaithful: int) -> None:
         """Every point as a task on the hosts that can run it; a failed record for a point no worker can run."""
-        token = self.cancel.rsplit("-", 1)[-1]
         for i, point in enumerate(self.sf.points):
             hosts, refused = placement(point, workers)
             if not hosts:
@@ -156,7 +159,7 @@ class _Sweep:
                 run_point_task,
                 task_json(point, max(lock_wait, LOCK_WAIT_S), retake_unfaithful),
                 self.cancel,
-                key=f"testbed-point-{token}-{i}",
+                key=f"testbed-point-{self.token}-{i}",
                 resources={FABRIC: 1},
                 workers=hosts,
                 allow_other_workers=False,
@@ -205,7 +208,7 @@ def run_cluster(
     try:
         workers = testbed_workers(client)
         _announce(workers, progress)
-        sweep = _Sweep(client, sf, out, progress, f"testbed-cancel-{secrets.token_hex(4)}", {}, {})
+        sweep = _Sweep(client, sf, out, progress)
         sweep.submit(workers, lock_wait, retake_unfaithful)
         progress.say(f"{len(sweep.futures)} point(s) submitted to {len(workers)} worker(s) at {address}")
         try:

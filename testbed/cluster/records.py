@@ -14,8 +14,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from results.record import MANIFEST, RunRecord, write_json_atomic
-from testbed.run import RunResult
-from testbed.spec.scenario import Scenario, resolved
+from testbed.run import RunResult, point_record
+from testbed.spec.scenario import Scenario
 
 from .workers import ClusterError
 
@@ -53,19 +53,6 @@ def record_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
 
 def failed_record(point: Scenario, out: Path, error: str, worker: Mapping[str, Any] | None = None) -> RunResult:
     """A point that did not run (no capable worker, every try failed, interrupted): a failed record that says why."""
-    record = RunRecord.create(
-        out,
-        point.name,
-        dict(point.variant),
-        scenario=resolved(point),
-        repeat_index=point.repeat_index,
-        seed=point.seed,
-        extra={
-            "description": point.description,
-            "scale": point.scale,
-            "scenario_file": point.raw,
-            **({"worker": dict(worker)} if worker else {}),
-        },
-    )
+    record = point_record(point, out, **({"worker": dict(worker)} if worker else {}))
     record.finish("failed", error)
     return RunResult(record.path, "failed", None, error)

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -173,25 +174,50 @@ def _descendants(pid: int) -> list[int]:
         return []
 
 
-def test_a_worker_killed_mid_point_costs_a_rerun(cluster: Any, tmp_path: Path) -> None:
+def _busy_worker(pids: dict[str, int]) -> tuple[str, int] | None:
+    """A worker whose point has built its fabric: a run's state file names a process under the worker's."""
+    for state in Path("/run/testbed").glob("tb*.json"):
+        try:
+            owner = json.loads(state.read_text())["pid"]
+        except (OSError, ValueError, KeyError):
+            continue
+        for addr, pid in pids.items():
+            if owner in _descendants(pid):
+                return addr, pid
+    return None
+
+
+@contextmanager
+def sweep_until_a_point_is_built(
+    cluster: Any, tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[str], Any, dict[str, int], int]]:
+    """A 2-point sweep through the client (records in tmp_path/runs), once a worker's point has built its fabric:
+    the client's process, a Dask client, the workers' processes (address -> pid) and the busy worker's. The client's
+    process is killed if it is still running at the end."""
     from distributed import Client
 
     path = scenario(tmp_path, ["100KB", "300KB"])
-    out = tmp_path / "runs"
-    cli = start_cli("run", str(path), "-o", str(out), "--no-report", "--cluster", cluster.scheduler_address)
+    cli = start_cli(
+        "run", str(path), "-o", str(tmp_path / "runs"), "--no-report", "--cluster", cluster.scheduler_address
+    )
     try:
         with Client(cluster.scheduler_address) as client:
-            pids = client.run(os.getpid)  # worker address -> its process
-
+            pids = client.run(os.getpid)
             _addr, pid = wait_until(
                 lambda: _busy_worker(pids), 120, "a worker's point to build its fabric", interval=0.2
             )
-            children = _descendants(pid)
-            os.kill(pid, signal.SIGKILL)
-        stdout, _ = cli.communicate(timeout=600)
+            yield cli, client, pids, pid
     finally:
         if cli.poll() is None:
             cli.kill()
+
+
+def test_a_worker_killed_mid_point_costs_a_rerun(cluster: Any, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    with sweep_until_a_point_is_built(cluster, tmp_path) as (cli, _client, _pids, pid):
+        children = _descendants(pid)
+        os.kill(pid, signal.SIGKILL)
+        stdout, _ = cli.communicate(timeout=600)
     assert cli.returncode == 0, stdout[-4000:]
     got = manifests(out)
     assert len(got) == 2 and all(m["status"] == "complete" for m in got), stdout[-4000:]
@@ -241,38 +267,15 @@ def test_tls_cluster_on_localhost(caps: dict[str, Any], tmp_path: Path) -> None:
     assert not (tmp_path / "no").exists() or not manifests(tmp_path / "no")
 
 
-def _busy_worker(pids: dict[str, int]) -> tuple[str, int] | None:
-    """A worker whose point has built its fabric: a run's state file names a process under the worker's."""
-    for state in Path("/run/testbed").glob("tb*.json"):
-        try:
-            owner = json.loads(state.read_text())["pid"]
-        except (OSError, ValueError, KeyError):
-            continue
-        for addr, pid in pids.items():
-            if owner in _descendants(pid):
-                return addr, pid
-    return None
-
-
 def test_ctrl_c_on_the_client_tears_the_points_down(cluster: Any, tmp_path: Path) -> None:
-    from distributed import Client
-
-    path = scenario(tmp_path, ["100KB", "300KB"])
     out = tmp_path / "runs"
-    cli = start_cli("run", str(path), "-o", str(out), "--no-report", "--cluster", cluster.scheduler_address)
-    try:
-        with Client(cluster.scheduler_address) as client:
-            pids = client.run(os.getpid)
-            wait_until(lambda: _busy_worker(pids), 120, "a point to build its fabric", interval=0.2)
-            cli.send_signal(signal.SIGINT)
-            stdout, _ = cli.communicate(timeout=120)
-            assert cli.returncode == 130, stdout[-3000:]
-            # the worker stopped its point: the fabric is torn down and the worker takes no more of the sweep
-            wait_until(lambda: _busy_worker(pids) is None, 120, "the interrupted point to tear its fabric down")
-            wait_until(lambda: not client.processing() or not any(client.processing().values()), 60, "idle workers")
-    finally:
-        if cli.poll() is None:
-            cli.kill()
+    with sweep_until_a_point_is_built(cluster, tmp_path) as (cli, client, pids, _pid):
+        cli.send_signal(signal.SIGINT)
+        stdout, _ = cli.communicate(timeout=120)
+        assert cli.returncode == 130, stdout[-3000:]
+        # the worker stopped its point: the fabric is torn down and the worker takes no more of the sweep
+        wait_until(lambda: _busy_worker(pids) is None, 120, "the interrupted point to tear its fabric down")
+        wait_until(lambda: not client.processing() or not any(client.processing().values()), 60, "idle workers")
     # a record for each point a worker had taken (one building its fabric, maybe one waiting for the run lock)
     errors = [m["error"] for m in manifests(out)]
     assert 1 <= len(errors) <= 2 and set(errors) == {"interrupted (Ctrl-C on the cluster client)"}, errors
