@@ -45,6 +45,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("ecmp_imbalance", "ECMP max/mean", "x"),
     ("retrans_total", "retrans", "n"),
     ("timeouts_total", "timeouts", "n"),
+    ("reorder_total", "reordering", "n"),
     ("jain_fairness", "Jain", "x"),
     ("cpu_mean", "CPU mean", "%"),
     ("cpu_saturated_share", "CPU saturated", "%"),

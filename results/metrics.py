@@ -330,6 +330,8 @@ METRICS = (
     "bytes_per_spine",
     "retrans_total",
     "timeouts_total",
+    "reorder_total",
+    "dsack_total",
     "jain_fairness",
     "traffic_matrix",
     "cpu_mean",

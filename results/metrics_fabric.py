@@ -245,11 +245,14 @@ def ecmp(run: Run, s: Summary) -> None:
         s.na("bytes_per_spine", f"no counted up port whose peer layer is one of {SPINE_LAYERS}")
 
 
-COUNTERS = {
-    "retrans_total": "Tcp.RetransSegs",
-    "timeouts_total": "TcpExt.TCPTimeouts",
-    "ce_delivered_total": "TcpExt.TCPDeliveredCE",
-    "ce_received_pkts_total": "IpExt.InCEPkts",
+COUNTERS = {  # metric -> the netstat counters it adds up (end - start, over hosts)
+    "retrans_total": ("Tcp.RetransSegs",),
+    "timeouts_total": ("TcpExt.TCPTimeouts",),
+    "ce_delivered_total": ("TcpExt.TCPDeliveredCE",),
+    "ce_received_pkts_total": ("IpExt.InCEPkts",),
+    # reordering TCP detected (by SACK, timestamps, or Reno's dupacks), and D-SACKs: spurious retransmissions
+    "reorder_total": ("TcpExt.TCPSACKReorder", "TcpExt.TCPTSReorder", "TcpExt.TCPRenoReorder"),
+    "dsack_total": ("TcpExt.TCPDSACKRecv",),
 }
 
 
@@ -268,11 +271,11 @@ def netstat(run: Run, s: Summary) -> None:
             deltas[host][counter] = ph["end"] - ph["start"]
     if deltas:
         s.put("tcp_per_host", dict(sorted(deltas.items())))
-    for metric, counter in COUNTERS.items():
-        have = [d[counter] for d in deltas.values() if counter in d]
+    for metric, counters in COUNTERS.items():
+        have = [d[c] for d in deltas.values() for c in counters if c in d]
         if have:
             s.put(metric, sum(have))
         elif table.empty:
             s.na(metric, f"no TCP counters: {reason(table)}")
         else:
-            s.na(metric, f"netstat.csv has no start and end value of {counter}")
+            s.na(metric, f"netstat.csv has no start and end value of {' or '.join(counters)}")

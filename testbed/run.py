@@ -240,6 +240,7 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             "prefix": fab.prefix,
             "fabric": fab.topo.describe(),
             "marking": fab.marking,
+            "load_balancing": fab.load_balancing,
             "sysctls": sysctl_values(fab),
             "tc_before": tc_text(fab),
             "build_s": round(fab.build_s, 3),

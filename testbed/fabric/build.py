@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
 from testbed.fabric import tc
-from testbed.fabric.routing import predict_path, route_commands, router_sysctls
+from testbed.fabric.routing import (
+    predict_path,
+    route_commands,
+    router_sysctls,
+    spray_commands,
+    spray_nft,
+    spray_ways,
+)
 from testbed.host.capabilities import Capabilities, CapabilityError
 from testbed.host.mininet_compat import import_mininet
 from testbed.host.ownership import RunLock, RunState, delete_netns
@@ -59,6 +66,8 @@ def check_spec(spec: FabricSpec, caps: Capabilities) -> Topology:
         caps.require("ifb", "link delay")
     if any(p.link.loss > 0 for p in ports):
         caps.require("nftables", "random loss on links")
+    if spec.ecmp.mode == "spray":
+        caps.require("nftables", "ecmp.mode spray (numgen marks)")
     if spec.ecmp.seed is not None:
         caps.require("ecmp.hash_seed", "ecmp.seed")
     caps.require("ecmp.hash_policy_3", "deterministic ECMP hashing")
@@ -99,6 +108,7 @@ class Fabric:
         self.hosts: dict[str, HostInfo] = {}
         self.procs = ProcessGroup(state_cb=self._record_pid)
         self.marking: dict[str, Any] = {}
+        self.spray: dict[str, int] = {}  # node -> the ways it sprays over (ecmp.mode: spray)
         self.build_s = 0.0
         self._lock: RunLock | None = None
         self._net: Any = None  # the Mininet network (Mininet is untyped)
@@ -118,7 +128,15 @@ class Fabric:
         return self.topo.ports()
 
     def predict_path(self, src: str, dst: str, proto: str = "tcp", sport: int = 0, dport: int = 0) -> list[str]:
-        return predict_path(self.topo, self.netns, src, dst, proto, sport, dport)
+        return predict_path(self.topo, self.netns, src, dst, proto, sport, dport, lambda n: self.spray.get(n, 0))
+
+    @property
+    def load_balancing(self) -> dict[str, Any]:
+        """What spread traffic over equal-cost next hops (the manifest's ``load_balancing``)."""
+        e = self.spec.ecmp
+        if e.mode == "spray":
+            return {"mode": "spray", "pick": e.pick, "ways": dict(sorted(self.spray.items()))}
+        return {"mode": "static", "hash": e.hash, "seed": e.seed}
 
     @property
     def mininet(self) -> Any:
@@ -180,9 +198,7 @@ class Fabric:
 
     def _configure(self) -> None:
         spec = self.spec
-        ports_by_node: dict[str, list[Port]] = {}
-        for p in self.topo.ports():
-            ports_by_node.setdefault(p.node, []).append(p)
+        ports_by_node = self._ports_by_node()
         leaf = self._leaf_builder()
         rsys = router_sysctls(spec.ecmp, bool(self.caps.ecmp_hash_seed))
         self._prepare_transport()
@@ -216,8 +232,30 @@ class Fabric:
             lines = route_commands(routes)
             if lines:
                 run_checked(["ip", "-n", self.netns(name), "-batch", "-"], input="\n".join(lines) + "\n")
+        if spec.ecmp.mode == "spray":
+            self._spray()
         self._apply_delay()
         self._attach_markers()
+
+    def _ports_by_node(self) -> dict[str, list[Port]]:
+        out: dict[str, list[Port]] = {}
+        for p in self.topo.ports():
+            out.setdefault(p.node, []).append(p)
+        return out
+
+    def _spray(self) -> None:
+        """Per-packet next hops at every node with ECMP routes (testbed.fabric.routing)."""
+        ports_by_node = self._ports_by_node()
+        for name, routes in self.topo.routes.items():
+            ways = spray_ways(routes)
+            if not ways:
+                continue
+            ns = self.netns(name)
+            run_checked(
+                ["ip", "-n", ns, "-batch", "-"], input="\n".join(spray_commands(routes, ports_by_node[name])) + "\n"
+            )
+            run_checked(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=spray_nft(ways, self.spec.ecmp.pick))
+            self.spray[name] = ways
 
     def _apply_delay(self) -> None:
         for i, p in enumerate(p for p in self.topo.ports() if p.link.delay_s > 0):

@@ -174,25 +174,38 @@ class LinkSpec:
 # ECMP and transport
 
 
+ECMP_MODES = ("static", "spray")  # flowlet and adaptive are not built yet
+
+
 @dataclass(frozen=True)
 class EcmpSpec:
-    """ECMP hashing at every router. ``l3``: source and destination address; ``l4``: the 5-tuple.
+    """How every router spreads traffic over its equal-cost next hops.
 
-    Both use ``fib_multipath_hash_policy=3`` with explicit hash fields, which is deterministic per 5-tuple (policy 1
-    is not, on veth: the socket's flow hash is carried over).
+    ``mode: static`` (the default) is hash-based ECMP: a flow's next hop is fixed by its header hash, ``hash: l3``
+    (source and destination address) or ``l4`` (the 5-tuple). Both use ``fib_multipath_hash_policy=3`` with
+    explicit hash fields, which is deterministic per 5-tuple (policy 1 is not, on veth: the socket's flow hash is
+    carried over). ``mode: spray`` picks a next hop per packet (``pick: round-robin``, or ``random``), so one flow
+    uses every uplink and its packets can arrive out of order.
     """
 
     hash: Literal["l3", "l4"] = "l4"
     seed: int | None = None
+    mode: Literal["static", "spray"] = "static"
+    pick: Literal["round-robin", "random"] = "round-robin"
 
     @classmethod
     def from_dict(cls, data: Any, path: str) -> EcmpSpec:
-        check_keys(data, {"hash", "seed"}, path)
+        check_keys(data, {"hash", "seed", "mode", "pick"}, path)
         h = cast(Literal["l3", "l4"], choice(sub(path, "hash"), data.get("hash", "l4"), ("l3", "l4")))
         seed = data.get("seed")
         if seed is not None:
             seed = integer(sub(path, "seed"), seed, 0, 2**32 - 1)
-        return cls(h, seed)
+        mode = cast(Literal["static", "spray"], choice(sub(path, "mode"), data.get("mode", "static"), ECMP_MODES))
+        picks = ("round-robin", "random")
+        pick = cast(Literal["round-robin", "random"], choice(sub(path, "pick"), data.get("pick", picks[0]), picks))
+        if "pick" in data and mode != "spray":
+            raise SpecError(sub(path, "pick"), "only spray picks a next hop per packet; set mode: spray or drop it")
+        return cls(h, seed, mode, pick)
 
     @property
     def hash_fields(self) -> int:

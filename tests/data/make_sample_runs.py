@@ -363,12 +363,16 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
             "TcpExt.TCPTimeouts": rnd.randint(0, 5),
             "TcpExt.TCPDeliveredCE": 0,
             "IpExt.InCEPkts": 0,
+            "TcpExt.TCPSACKReorder": 0,
+            "TcpExt.TCPDSACKRecv": 0,
         }
         grow = {
             "Tcp.RetransSegs": rnd.randint(40, 120) if shallow else rnd.randint(0, 8),
             "TcpExt.TCPTimeouts": rnd.randint(1, 4) if shallow else 0,
             "TcpExt.TCPDeliveredCE": 0,
             "IpExt.InCEPkts": 0,
+            "TcpExt.TCPSACKReorder": 2 if shallow else 0,  # fixed: a draw here would change every later one
+            "TcpExt.TCPDSACKRecv": 1 if shallow else 0,
         }
         for c, v in base.items():
             nw.write({"host": h, "phase": "start", "counter": c, "value": v})

@@ -243,6 +243,10 @@ def test_flows_goodput_fairness_matrix_fct_rtt_netstat(tmp_path: Path) -> None:
             ("end", "Tcp.RetransSegs", 25),
             ("start", "TcpExt.TCPTimeouts", 1),
             ("end", "TcpExt.TCPTimeouts", 3),
+            ("start", "TcpExt.TCPSACKReorder", 4),
+            ("end", "TcpExt.TCPSACKReorder", 9),
+            ("start", "TcpExt.TCPTSReorder", 0),
+            ("end", "TcpExt.TCPTSReorder", 2),
         ]
     ]
     s = summarize(_run(tmp_path, {"flows": flows, "fct": fct, "rtt": rtt, "netstat": netstat}))
@@ -258,6 +262,8 @@ def test_flows_goodput_fairness_matrix_fct_rtt_netstat(tmp_path: Path) -> None:
     assert s["rtt_p99_s"] == pytest.approx(0.001) and s["rtt_n"] == 21  # t_send 0.0 .. 2.0
     assert s["retrans_total"] == 15 and s["timeouts_total"] == 2
     assert s["ce_delivered_total"] is None and "TCPDeliveredCE" in s["not_applicable"]["ce_delivered_total"]
+    assert s["reorder_total"] == 7  # SACK- and timestamp-detected reordering, added
+    assert s["dsack_total"] is None and "TCPDSACKRecv" in s["not_applicable"]["dsack_total"]
 
 
 def test_steps_feed_traffic_matrix_with_rank_hosts(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ class FakeKernel:
         return zlib.crc32(key.encode()) % n
 
     def route_get(
-        self, netns: str, dst: str, src: str, iif: str | None, proto: str, sport: int, dport: int
+        self, netns: str, dst: str, src: str, iif: str | None, proto: str, sport: int, dport: int, mark: int = 0
     ) -> dict[str, str]:
         self.calls.append((netns, dst, src, iif, proto, sport, dport))
         node = netns.removeprefix(self.prefix + "-")
@@ -131,7 +131,8 @@ class FakeKernel:
             if addr in net and (best is None or net.prefixlen > _plen(best)):
                 best = r
         assert best is not None, f"{node} has no route to {dst}"
-        gw, dev = best.nexthops[self.pick(len(best.nexthops), src, dst, proto, sport, dport)]
+        n = len(best.nexthops)  # a mark is a sprayed way: its table holds each ECMP route's k-th next hop
+        gw, dev = best.nexthops[(mark - 1) % n if mark else self.pick(n, src, dst, proto, sport, dport)]
         return {"dst": dst, "gateway": gw, "dev": dev}
 
 
@@ -203,7 +204,9 @@ def test_predict_loop_guard(monkeypatch: pytest.MonkeyPatch) -> None:
     t = spine_leaf()
     calls: list[str] = []
 
-    def bouncing(netns: str, dst: str, src: str, iif: str | None, proto: str, sport: int, dport: int) -> dict[str, str]:
+    def bouncing(
+        netns: str, dst: str, src: str, iif: str | None, proto: str, sport: int, dport: int, mark: int = 0
+    ) -> dict[str, str]:
         calls.append(netns)
         node = netns.split("-", 1)[1]
         return {"dev": "l1-s1" if node == "l1" else "s1-l1"}  # l1 <-> s1 forever
@@ -241,3 +244,40 @@ def test_ip_route_get_argv_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "iif" not in seen[1]
     with pytest.raises(RuntimeError, match="gave no route"):
         routing._ip_route_get("tb1-l1", "10.2.1.2", "10.1.1.2", None, "udp", 1, 2)
+
+
+def test_spray_ways_and_tables() -> None:
+    """Each way's table is whole: the node's subnets, its single routes, and each ECMP route's k-th next hop, so
+    a leaf's own hosts are never sent back up by an aggregate route (seen in the first spray run here)."""
+    t = spine_leaf(ecmp={"mode": "spray"})
+    leaf, spine = t.routes["l1"], t.routes["s1"]
+    assert routing.spray_ways(leaf) == 2 and routing.spray_ways(spine) == 0
+    assert routing.spray_commands(spine, t.ports_of("s1")) == []
+    lines = routing.spray_commands(leaf, t.ports_of("l1"))
+    assert [ln for ln in lines if ln.startswith("rule")] == [
+        "rule add fwmark 1 lookup 101 pref 1001",
+        "rule add fwmark 2 lookup 102 pref 1002",
+    ]
+    for k, table in ((1, 101), (2, 102)):
+        mine = [ln for ln in lines if ln.endswith(f"table {table}") and ln.startswith("route")]
+        for p in t.ports_of("l1"):  # every connected subnet
+            net = ipaddress.ip_interface(f"{p.addr}/{p.prefixlen}").network
+            assert f"route replace {net} dev {p.dev} scope link table {table}" in mine
+        for r in leaf:
+            gw, dev = r.nexthops[(k - 1) % len(r.nexthops)]
+            assert f"route replace {r.dst} via {gw} dev {dev} table {table}" in mine
+    assert (
+        routing.spray_ways([Route("10.9.0.0/16", (("a", "x"), ("b", "y"))), Route("10.8.0.0/16", (("a", "x"),) * 3)])
+        == 6
+    )
+    assert "numgen inc mod 2 offset 1" in routing.spray_nft(2, "round-robin")
+    assert "numgen random mod 4 offset 1" in routing.spray_nft(4, "random")
+
+
+def test_predict_sprayed_hop_names_every_next_hop(fake: Any) -> None:
+    t = spine_leaf(ecmp={"mode": "spray"})
+    k = fake(t)
+    ways = {n: routing.spray_ways(r) for n, r in t.routes.items()}
+    path = predict_path(t, k.netns_of, "l1h1", "l2h1", sport=1, dport=2, ways=lambda n: ways.get(n, 0))
+    assert path == ["l1h1", "l1", "s1|s2", "l2", "l2h1"]
+    assert predict_path(t, k.netns_of, "l1h1", "l1h2", ways=lambda n: ways.get(n, 0)) == ["l1h1", "l1", "l1h2"]

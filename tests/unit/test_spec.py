@@ -192,7 +192,10 @@ def test_ecmp() -> None:
     ("data", "path", "reason"),
     [
         ({"hash": "l5"}, "fabric.ecmp.hash", "must be one of l3, l4"),
-        ({"sed": 7}, "fabric.ecmp.sed", "unknown key (allowed: hash, seed)"),
+        ({"sed": 7}, "fabric.ecmp.sed", "unknown key (allowed: hash, mode, pick, seed)"),
+        ({"mode": "flowlet"}, "fabric.ecmp.mode", "must be one of static, spray, got 'flowlet'"),
+        ({"pick": "random"}, "fabric.ecmp.pick", "only spray picks a next hop per packet"),
+        ({"mode": "spray", "pick": "least-loaded"}, "fabric.ecmp.pick", "must be one of round-robin, random"),
         ({"seed": -1}, "fabric.ecmp.seed", "must be in [0, 4294967295]"),
         ({"seed": 2**32}, "fabric.ecmp.seed", "must be in"),
         ({"seed": "7"}, "fabric.ecmp.seed", "expected an integer"),
