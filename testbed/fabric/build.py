@@ -250,11 +250,11 @@ class Fabric:
             ways = spray_ways(routes)
             if not ways:
                 continue
-            ns = self.netns(name)
+            ns, ports = self.netns(name), ports_by_node[name]
+            run_checked(["ip", "-n", ns, "-batch", "-"], input="\n".join(spray_commands(routes, ports)) + "\n")
             run_checked(
-                ["ip", "-n", ns, "-batch", "-"], input="\n".join(spray_commands(routes, ports_by_node[name])) + "\n"
+                ["ip", "netns", "exec", ns, "nft", "-f", "-"], input=spray_nft(routes, ports, self.spec.ecmp.pick)
             )
-            run_checked(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=spray_nft(ways, self.spec.ecmp.pick))
             self.spray[name] = ways
 
     def _apply_delay(self) -> None:

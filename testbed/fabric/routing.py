@@ -68,14 +68,19 @@ def spray_commands(routes: list[Route], ports: list[Port]) -> list[str]:
     return lines
 
 
-def spray_nft(ways: int, pick: str) -> str:
-    """The nftables script giving every packet a node receives a way, 1..ways, in turn or at random."""
+def spray_nft(routes: list[Route], ports: list[Port], pick: str) -> str:
+    """The nftables script giving each packet a node receives on a port that is no ECMP next hop (one whose traffic
+    may go up) a way, 1..W, in turn or at random. Packets from the next hops keep no way: counting them too would
+    interleave their turns with the upward ones', so round-robin would no longer alternate one flow's packets."""
+    ways = spray_ways(routes)
+    up = {dev for r in routes if len(r.nexthops) > 1 for _, dev in r.nexthops}
+    down = ", ".join(f'"{p.dev}"' for p in ports if p.dev not in up)
     gen = "inc" if pick == "round-robin" else "random"
     return (
         "table ip testbed_spray {\n"
         "  chain prerouting {\n"
         "    type filter hook prerouting priority mangle; policy accept;\n"
-        f"    meta mark set numgen {gen} mod {ways} offset 1\n"
+        f"    iifname {{ {down} }} meta mark set numgen {gen} mod {ways} offset 1\n"
         "  }\n"
         "}\n"
     )

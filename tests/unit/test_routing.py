@@ -270,8 +270,10 @@ def test_spray_ways_and_tables() -> None:
         routing.spray_ways([Route("10.9.0.0/16", (("a", "x"), ("b", "y"))), Route("10.8.0.0/16", (("a", "x"),) * 3)])
         == 6
     )
-    assert "numgen inc mod 2 offset 1" in routing.spray_nft(2, "round-robin")
-    assert "numgen random mod 4 offset 1" in routing.spray_nft(4, "random")
+    # only packets from ports that are no ECMP next hop get a way: the leaf's host ports, not its uplinks
+    nft = routing.spray_nft(leaf, t.ports_of("l1"), "round-robin")
+    assert 'iifname { "l1-l1h1", "l1-l1h2" } meta mark set numgen inc mod 2 offset 1' in nft
+    assert "numgen random mod 2 offset 1" in routing.spray_nft(leaf, t.ports_of("l1"), "random")
 
 
 def test_predict_sprayed_hop_names_every_next_hop(fake: Any) -> None:
