@@ -297,6 +297,9 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             record.set("qtelem_health", qslots.stop())
         record.set("sampler_health", sampler.stop())
         record.set("tc_after", tc_text(fab))
+        flowlets = fab.read_flowlets()
+        if flowlets is not None:
+            record.set("flowlets", flowlets)
         bpf_marks = fab.read_marks()
         if bpf_marks is not None:
             marks = record.table("marks")

@@ -23,6 +23,7 @@ OBJECTS = (
     ("dctcp.bpf.c", "dctcp", ()),
     ("qtelem.bpf.c", "qtelem", ()),
     ("qtelem.bpf.c", "qtelem_compat", ("QT_PROBE_READ",)),
+    ("flowlet.bpf.c", "flowlet", ()),
 )
 DCTCP_NAME_PLACEHOLDER = b"dctcp_XXXXXXXXX"
 BTF = Path("/sys/kernel/btf/vmlinux")

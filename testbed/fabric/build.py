@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
 from testbed.fabric import tc
+from testbed.fabric.flowlet import FlowletSet
 from testbed.fabric.routing import (
+    downlinks,
     predict_path,
     route_commands,
     router_sysctls,
@@ -68,6 +70,9 @@ def check_spec(spec: FabricSpec, caps: Capabilities) -> Topology:
         caps.require("nftables", "random loss on links")
     if spec.ecmp.mode == "spray":
         caps.require("nftables", "ecmp.mode spray (numgen marks)")
+    if spec.ecmp.mode == "flowlet":
+        for key in ("btf", "qdisc.clsact", "tool.bpftool"):
+            caps.require(key, "ecmp.mode flowlet (a BPF program per router port)")
     if spec.ecmp.seed is not None:
         caps.require("ecmp.hash_seed", "ecmp.seed")
     caps.require("ecmp.hash_policy_3", "deterministic ECMP hashing")
@@ -113,6 +118,7 @@ class Fabric:
         self._lock: RunLock | None = None
         self._net: Any = None  # the Mininet network (Mininet is untyped)
         self._markers: MarkerSet | None = None
+        self._flowlets: FlowletSet | None = None
         self._cc: CongestionControl | None = None
         self._old_sigterm: Any = None
 
@@ -136,6 +142,9 @@ class Fabric:
         e = self.spec.ecmp
         if e.mode == "spray":
             return {"mode": "spray", "pick": e.pick, "ways": dict(sorted(self.spray.items()))}
+        if e.mode == "flowlet":
+            gap = self.topo.flowlet_gap()
+            return {"mode": "flowlet", "pick": e.pick, "gap_s": gap, "ways": dict(sorted(self.spray.items()))}
         return {"mode": "static", "hash": e.hash, "seed": e.seed}
 
     @property
@@ -232,10 +241,12 @@ class Fabric:
             lines = route_commands(routes)
             if lines:
                 run_checked(["ip", "-n", self.netns(name), "-batch", "-"], input="\n".join(lines) + "\n")
-        if spec.ecmp.mode == "spray":
-            self._spray()
+        if spec.ecmp.mode != "static":
+            self._way_tables()
         self._apply_delay()
         self._attach_markers()
+        if spec.ecmp.mode == "flowlet":
+            self._attach_flowlets()
 
     def _ports_by_node(self) -> dict[str, list[Port]]:
         out: dict[str, list[Port]] = {}
@@ -243,8 +254,9 @@ class Fabric:
             out.setdefault(p.node, []).append(p)
         return out
 
-    def _spray(self) -> None:
-        """Per-packet next hops at every node with ECMP routes (testbed.fabric.routing)."""
+    def _way_tables(self) -> None:
+        """The rules and way tables of per-packet or per-flowlet next hops at every node with ECMP routes
+        (testbed.fabric.routing); spraying's nftables marks."""
         ports_by_node = self._ports_by_node()
         for name, routes in self.topo.routes.items():
             ways = spray_ways(routes)
@@ -252,10 +264,29 @@ class Fabric:
                 continue
             ns, ports = self.netns(name), ports_by_node[name]
             run_checked(["ip", "-n", ns, "-batch", "-"], input="\n".join(spray_commands(routes, ports)) + "\n")
-            run_checked(
-                ["ip", "netns", "exec", ns, "nft", "-f", "-"], input=spray_nft(routes, ports, self.spec.ecmp.pick)
-            )
+            if self.spec.ecmp.mode == "spray":
+                nft = spray_nft(routes, ports, self.spec.ecmp.pick)
+                run_checked(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=nft)
             self.spray[name] = ways
+
+    def _attach_flowlets(self) -> None:
+        from testbed.ecn.build import DEFAULT_OUT
+
+        assert self.state is not None
+        e = self.spec.ecmp
+        flowlets = self._flowlets = FlowletSet(self.prefix, DEFAULT_OUT)
+        self.state.add("bpf_pins", str(flowlets.root))
+        ports_by_node = self._ports_by_node()
+        for name, ways in self.spray.items():
+            for dev in downlinks(self.topo.routes[name], ports_by_node[name]):
+                flowlets.attach(self.netns(name), dev, self.topo.flowlet_gap(), ways, e.pick == "random")
+
+    def read_flowlets(self) -> dict[str, dict[str, int]] | None:
+        """``node:dev`` -> the flowlet program's counters (testbed.fabric.flowlet); None unless mode is flowlet."""
+        if self._flowlets is None:
+            return None
+        node = {self.netns(n): n for n in self.topo.nodes}
+        return {f"{node[ns]}:{dev}": c for (ns, dev), c in sorted(self._flowlets.read().items())}
 
     def _apply_delay(self) -> None:
         for i, p in enumerate(p for p in self.topo.ports() if p.link.delay_s > 0):
@@ -331,6 +362,9 @@ class Fabric:
         if self._markers is not None:
             step("detach ECN markers", self._markers.close)
             self._markers = None
+        if self._flowlets is not None:
+            step("detach flowlet programs", self._flowlets.close)
+            self._flowlets = None
         if self._net is not None:
             net, self._net = self._net, None
             step("stop Mininet nodes", lambda: _terminate_all(net.hosts))

@@ -68,13 +68,18 @@ def spray_commands(routes: list[Route], ports: list[Port]) -> list[str]:
     return lines
 
 
-def spray_nft(routes: list[Route], ports: list[Port], pick: str) -> str:
-    """The nftables script giving each packet a node receives on a port that is no ECMP next hop (one whose traffic
-    may go up) a way, 1..W, in turn or at random. Packets from the next hops keep no way: counting them too would
-    interleave their turns with the upward ones', so round-robin would no longer alternate one flow's packets."""
-    ways = spray_ways(routes)
+def downlinks(routes: list[Route], ports: list[Port]) -> list[str]:
+    """The node's ports that are no ECMP next hop: those whose arriving traffic may go up, and gets a way."""
     up = {dev for r in routes if len(r.nexthops) > 1 for _, dev in r.nexthops}
-    down = ", ".join(f'"{p.dev}"' for p in ports if p.dev not in up)
+    return [p.dev for p in ports if p.dev not in up]
+
+
+def spray_nft(routes: list[Route], ports: list[Port], pick: str) -> str:
+    """The nftables script giving each packet a node receives on a downlink (``downlinks``) a way, 1..W, in turn or
+    at random. Packets from the next hops keep no way: counting them too would interleave their turns with the
+    upward ones', so round-robin would no longer alternate one flow's packets."""
+    ways = spray_ways(routes)
+    down = ", ".join(f'"{dev}"' for dev in downlinks(routes, ports))
     gen = "inc" if pick == "round-robin" else "random"
     return (
         "table ip testbed_spray {\n"

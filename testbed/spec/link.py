@@ -174,7 +174,9 @@ class LinkSpec:
 # ECMP and transport
 
 
-ECMP_MODES = ("static", "spray")  # flowlet and adaptive are not built yet
+ECMP_MODES = ("static", "spray", "flowlet")  # adaptive is not built yet
+EcmpMode = Literal["static", "spray", "flowlet"]
+Pick = Literal["round-robin", "random"]
 
 
 @dataclass(frozen=True)
@@ -185,27 +187,38 @@ class EcmpSpec:
     (source and destination address) or ``l4`` (the 5-tuple). Both use ``fib_multipath_hash_policy=3`` with
     explicit hash fields, which is deterministic per 5-tuple (policy 1 is not, on veth: the socket's flow hash is
     carried over). ``mode: spray`` picks a next hop per packet (``pick: round-robin``, or ``random``), so one flow
-    uses every uplink and its packets can arrive out of order.
+    uses every uplink and its packets can arrive out of order. ``mode: flowlet`` keeps a flow on its next hop until
+    it has been idle for longer than ``gap``, then picks again (``pick``). Without ``gap``, the fabric sets it to
+    the most two paths' delays can differ (``testbed.spec.topology.flowlet_gap``), so a new flowlet cannot
+    overtake the last one's packets.
     """
 
     hash: Literal["l3", "l4"] = "l4"
     seed: int | None = None
-    mode: Literal["static", "spray"] = "static"
-    pick: Literal["round-robin", "random"] = "round-robin"
+    mode: EcmpMode = "static"
+    pick: Pick = "round-robin"
+    gap_s: float | None = None  # flowlet mode's idle gap; None: the fabric's (Topology.flowlet_gap)
 
     @classmethod
     def from_dict(cls, data: Any, path: str) -> EcmpSpec:
-        check_keys(data, {"hash", "seed", "mode", "pick"}, path)
+        check_keys(data, {"hash", "seed", "mode", "pick", "gap"}, path)
         h = cast(Literal["l3", "l4"], choice(sub(path, "hash"), data.get("hash", "l4"), ("l3", "l4")))
         seed = data.get("seed")
         if seed is not None:
             seed = integer(sub(path, "seed"), seed, 0, 2**32 - 1)
-        mode = cast(Literal["static", "spray"], choice(sub(path, "mode"), data.get("mode", "static"), ECMP_MODES))
+        mode = cast(EcmpMode, choice(sub(path, "mode"), data.get("mode", "static"), ECMP_MODES))
         picks = ("round-robin", "random")
-        pick = cast(Literal["round-robin", "random"], choice(sub(path, "pick"), data.get("pick", picks[0]), picks))
-        if "pick" in data and mode != "spray":
-            raise SpecError(sub(path, "pick"), "only spray picks a next hop per packet; set mode: spray or drop it")
-        return cls(h, seed, mode, pick)
+        pick = cast(Pick, choice(sub(path, "pick"), data.get("pick", picks[0]), picks))
+        if "pick" in data and mode == "static":
+            raise SpecError(sub(path, "pick"), "static hashing picks no next hop; set mode: spray or flowlet")
+        gap = None
+        if "gap" in data:
+            if mode != "flowlet":
+                raise SpecError(sub(path, "gap"), "only flowlet mode has an idle gap; set mode: flowlet or drop it")
+            gap = unit(sub(path, "gap"), parse_duration, data["gap"])
+            if not 10e-6 <= gap <= 10.0:
+                raise SpecError(sub(path, "gap"), f"must be within 10us and 10s, got {data['gap']!r}")
+        return cls(h, seed, mode, pick, gap)
 
     @property
     def hash_fields(self) -> int:

@@ -222,6 +222,16 @@ class Topology:
     def routers(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.is_router]
 
+    def flowlet_gap(self) -> float:
+        """Flowlet mode's idle gap unless the spec gives one (``ecmp.gap``): the most two equal-cost paths'
+        queueing can differ, a full buffer at the slowest-draining router-to-router port on every router-to-router
+        hop of the longest path (2 in a spine-leaf, 4 in a fat-tree), so a new flowlet cannot overtake the last."""
+        if self.spec.ecmp.gap_s is not None:
+            return self.spec.ecmp.gap_s
+        inner = [p for p in self.ports() if self.nodes[p.node].is_router and self.nodes[p.peer].is_router]
+        hops = 2 * (len({n.layer for n in self.routers()}) - 1)
+        return hops * max((p.link.buffer_bytes * 8 / p.link.rate_bps for p in inner), default=0.0)
+
     def describe(self) -> dict[str, object]:
         """The fabric as plain data, for the run manifest."""
         return {

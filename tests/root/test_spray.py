@@ -29,10 +29,11 @@ duration: 20s
 """
 
 
-def _run(tmp_path: Path, mode: str) -> tuple[dict[str, Any], dict[str, Any], str]:
-    scenario = tmp_path / f"{mode}.yaml"
-    scenario.write_text(SCENARIO.format(mode=mode))
-    out = tmp_path / mode
+def _record(tmp_path: Path, name: str, text: str) -> Path:
+    """Run a scenario text with `testbed run`; its one record."""
+    scenario = tmp_path / f"{name}.yaml"
+    scenario.write_text(text)
+    out = tmp_path / name
     cp = subprocess.run(
         ["/usr/bin/python3", "-m", "testbed", "run", str(scenario), "-o", str(out), "--no-report"],
         cwd=REPO,
@@ -42,6 +43,11 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict[str, Any], dict[str, Any], str
     )
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     (run,) = [p.parent for p in out.glob("*/manifest.json")]
+    return run
+
+
+def _run(tmp_path: Path, mode: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    run = _record(tmp_path, mode, SCENARIO.format(mode=mode))
     flows = (run / "flows.csv").read_text().splitlines()
     path = flows[1].split(",")[flows[0].split(",").index("path")]
     return json.loads((run / "manifest.json").read_text()), json.loads((run / "summary.json").read_text()), path
@@ -63,3 +69,56 @@ def test_spray_splits_one_flow_over_both_spines(tmp_path: Path) -> None:
     print(f"static: bytes per spine {spines}, path {path}")
     assert min(spines.values()) < 0.05 * max(spines.values()), spines
     assert "|" not in path
+
+
+FLOWLET = """\
+name: flowlet-{name}
+description: packet trains 30 ms apart, ecmp.mode flowlet with gap {gap} (tests/root/test_spray.py)
+fabric:
+  topology: spine-leaf
+  spines: 2
+  leaves: 2
+  hosts_per_leaf: 2
+  host_link: {{rate: 100Mbit, buffer: 300KB, mtu: 9000}}
+  ecmp: {{mode: flowlet, gap: {gap}}}
+workload:
+  - {{kind: scapy_train, name: tr, src: l1h1, dst: l2h1, trains: 10, burst: 32, size: 1000, gap: 30ms, payload: udp}}
+{more}duration: 20s
+"""
+
+
+SECOND = "  - {kind: scapy_train, name: t2, src: l1h2, dst: l2h2, trains: 10, burst: 32, size: 1000, gap: 30ms}\n"
+
+
+def _flowlet_run(tmp_path: Path, name: str, gap: str, more: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    run = _record(tmp_path, name, FLOWLET.format(name=name, gap=gap, more=more))
+    trains = (run / "trains.csv").read_text().splitlines()
+    return json.loads((run / "manifest.json").read_text()), json.loads((run / "summary.json").read_text()), trains
+
+
+def test_flowlets_switch_only_at_idle_gaps_longer_than_the_setting(tmp_path: Path) -> None:
+    """10 UDP trains of one 5-tuple, 30 ms apart. With a 5 ms gap every train is a flowlet and round-robin moves it
+    to the other spine. With a 200 ms gap the trains are one flowlet; a second host of the leaf sends the same, and
+    the leaf's shared turn puts the two on different spines. Neither reorders a train."""
+    for name, gap, flowlets, spread in (("short", "5ms", 10, True), ("long", "200ms", 1, False)):
+        manifest, summary, trains = _flowlet_run(tmp_path, name, gap, "" if spread else SECOND)
+        gap_ns = {"5ms": 5e6, "200ms": 200e6}[gap]
+        lb = manifest["load_balancing"]
+        assert lb["mode"] == "flowlet" and lb["gap_s"] == gap_ns / 1e9 and lb["ways"] == {"l1": 2, "l2": 2}
+        c = manifest["flowlets"]["l1:l1-l1h1"]  # the first sender's leaf, where its trains arrive
+        spines = summary["bytes_per_spine"]
+        print(f"gap {gap}: leaf l1 {c}; bytes per spine {spines}")
+        assert c["flowlets"] == flowlets and c["switches"] == flowlets - 1, c
+        assert c["packets"] == 10 * 32
+        assert c["max_gap_kept_ns"] < gap_ns, c  # every idle spell a flow kept its way over was shorter than gap
+        if spread:
+            assert c["min_gap_new_ns"] > gap_ns, c  # and every one it moved after was longer
+        else:
+            assert c["max_gap_kept_ns"] > 20e6, c  # the 30 ms between trains, kept
+        # both ways: 5 trains per spine from alternating flowlets, or one host's 10 each
+        assert abs(spines["s1"] - spines["s2"]) < 0.1 * max(spines.values()), spines
+        header = trains[0].split(",")
+        rows = [dict(zip(header, ln.split(","), strict=True)) for ln in trains[1:]]
+        assert len(rows) == (10 if spread else 20) and all(
+            r["out_of_order"] == "0" and r["received"] == "32" for r in rows
+        ), rows
