@@ -30,15 +30,7 @@ if TYPE_CHECKING:
 
 def route_commands(routes: list[Route]) -> list[str]:
     """``ip -batch`` lines for one node's routes."""
-    lines = []
-    for r in routes:
-        if len(r.nexthops) == 1:
-            gw, dev = r.nexthops[0]
-            lines.append(f"route replace {r.dst} via {gw} dev {dev}")
-        else:
-            hops = " ".join(f"nexthop via {gw} dev {dev} weight 1" for gw, dev in r.nexthops)
-            lines.append(f"route replace {r.dst} {hops}")
-    return lines
+    return [r.command() for r in routes]
 
 
 SPRAY_TABLE = 100  # way k (1..W) looks up table SPRAY_TABLE + k

@@ -102,6 +102,14 @@ class Route:
     dst: str
     nexthops: tuple[tuple[str, str], ...]
 
+    def command(self) -> str:
+        """Its ``ip -batch`` line."""
+        if len(self.nexthops) == 1:
+            gw, dev = self.nexthops[0]
+            return f"route replace {self.dst} via {gw} dev {dev}"
+        hops = " ".join(f"nexthop via {gw} dev {dev} weight 1" for gw, dev in self.nexthops)
+        return f"route replace {self.dst} {hops}"
+
 
 class Topology:
     """The graph of a fabric: nodes in layer order, links, and the static routes of every node."""

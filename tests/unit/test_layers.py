@@ -22,7 +22,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("spec", ("testbed.spec",)),
     ("host", ("testbed.host", "testbed.ecn")),
     ("fabric", ("testbed.fabric",)),
-    ("runtime", ("testbed.telemetry", "traffic", "testbed.calibrate", "testbed.preflight", "testbed.vm")),
+    (
+        "runtime",
+        ("testbed.telemetry", "testbed.failures", "traffic", "testbed.calibrate", "testbed.preflight", "testbed.vm"),
+    ),
     ("results", ("results",)),
     (
         "top",

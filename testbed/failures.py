@@ -1,0 +1,125 @@
+"""Link failures on a built fabric: down and up, with routing that reconverges after a detection delay.
+
+A link goes down at both ends at once (admin down): each end's kernel drops its next hops through it at once, as
+a switch does on loss of signal. The rest of the fabric learns of it only after ``detection_s``, as BFD and a
+routing protocol would tell it: then every router gets the more specific routes that steer around the failed
+links (``testbed.spec.reroute``), and loses those it no longer needs. Bringing a link up restores its two ends'
+routes at once (the kernel deleted those whose only next hop it was) and the rest after ``detection_s``.
+
+Every change goes through netlink sockets opened in each router's namespace beforehand (pyroute2), so a
+reconvergence costs well under a millisecond rather than a process per namespace. Each step is logged with its
+time: ``down``/``up`` when the link changed, ``rerouted`` when the fabric had converged on it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from testbed.spec.reroute import Override, overrides
+from testbed.spec.topology import Link, Topology
+from testbed.telemetry.netns import run_in_netns
+
+Log = Callable[[dict[str, Any]], None]
+
+
+class LinkFailures:
+    """Owns the netlink sockets and detection timers of one fabric's link events; ``close`` cancels the timers
+    (the routes stay as they are: the fabric is torn down next)."""
+
+    def __init__(self, topo: Topology, netns_of: Callable[[str], str], detection_s: float, log: Log):
+        from pyroute2 import IPRoute
+
+        self.topo = topo
+        self.detection_s = detection_s
+        self.log = log
+        self.failed: list[Link] = []
+        self._installed: dict[tuple[str, str], Override] = {}
+        self._timers: list[threading.Timer] = []
+        self._lock = threading.Lock()
+        self._ipr: dict[str, Any] = {}
+        self._ifindex: dict[tuple[str, str], int] = {}
+        for name in topo.nodes:
+            ipr = run_in_netns(netns_of(name), IPRoute)  # a netlink socket stays in the namespace it was made in
+            self._ipr[name] = ipr
+            for link in ipr.get_links():
+                self._ifindex[(name, link.get_attr("IFLA_IFNAME"))] = link["index"]
+
+    # --- events ----------------------------------------------------------------------------------------------
+    def down(self, link: Link) -> None:
+        with self._lock:
+            for node, dev in ((link.a, link.a_dev), (link.b, link.b_dev)):
+                self._set_state(node, dev, "down")
+            if link not in self.failed:
+                self.failed.append(link)
+            t = time.time()
+            self.log({"t": t, "event": "down", "link": f"{link.a}-{link.b}"})
+            self._detect(link, list(self.failed), t)
+
+    def up(self, link: Link) -> None:
+        with self._lock:
+            for node, dev in ((link.a, link.a_dev), (link.b, link.b_dev)):
+                self._set_state(node, dev, "up")
+            for node in (link.a, link.b):
+                for r in self.topo.routes[node]:
+                    self._route_replace(node, r.dst, r.nexthops)
+            self.failed = [lk for lk in self.failed if lk != link]
+            t = time.time()
+            self.log({"t": t, "event": "up", "link": f"{link.a}-{link.b}"})
+            self._detect(link, list(self.failed), t)
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        for ipr in self._ipr.values():
+            ipr.close()
+        self._ipr.clear()
+
+    # --- routing ---------------------------------------------------------------------------------------------
+    def _detect(self, link: Link, failed: list[Link], t_event: float) -> None:
+        """Reconverge on the failed set as it was at this event, ``detection_s`` after it."""
+        wanted = overrides(self.topo, failed)  # computed now, applied when detected
+        timer = threading.Timer(self.detection_s, self._reconverge, (link, wanted, t_event))
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def _reconverge(self, link: Link, wanted: list[Override], t_event: float) -> None:
+        with self._lock:
+            if not self._ipr:
+                return
+            keep = {(o.node, o.dst): o for o in wanted}
+            for key, o in list(self._installed.items()):
+                if key not in keep:
+                    self._ipr[o.node].route("del", dst=o.dst)
+                    del self._installed[key]
+            for key, o in keep.items():
+                if self._installed.get(key) != o:
+                    self._route_replace(o.node, o.dst, o.nexthops)
+                    self._installed[key] = o
+            t = time.time()
+            self.log(
+                {
+                    "t": t,
+                    "event": "rerouted",
+                    "link": f"{link.a}-{link.b}",
+                    "after_s": t - t_event,
+                    "routes": len(keep),
+                }
+            )
+
+    def _set_state(self, node: str, dev: str, state: str) -> None:
+        self._ipr[node].link("set", index=self._ifindex[(node, dev)], state=state)
+
+    def _route_replace(self, node: str, dst: str, hops: tuple[tuple[str, str], ...]) -> None:
+        ipr = self._ipr[node]
+        dst = "0.0.0.0/0" if dst == "default" else dst
+        if not hops:
+            ipr.route("replace", dst=dst, type="unreachable")
+        elif len(hops) == 1:
+            ipr.route("replace", dst=dst, gateway=hops[0][0], oif=self._ifindex[(node, hops[0][1])])
+        else:
+            paths = [{"gateway": gw, "oif": self._ifindex[(node, dev)]} for gw, dev in hops]
+            ipr.route("replace", dst=dst, multipath=paths)
