@@ -13,12 +13,17 @@ time: ``down``/``up`` when the link changed, ``rerouted`` when the fabric had co
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from testbed.spec.reroute import Override, overrides
+from testbed.fabric import tc
+from testbed.spec.events import LinkEvent
+from testbed.spec.link import ETH_HEADER, LinkSpec
+from testbed.spec.reroute import Override, find_link, overrides
 from testbed.spec.topology import Link, Topology
 from testbed.telemetry.netns import run_in_netns
 
@@ -33,6 +38,7 @@ class LinkFailures:
         from pyroute2 import IPRoute
 
         self.topo = topo
+        self.netns_of = netns_of
         self.detection_s = detection_s
         self.log = log
         self.failed: list[Link] = []
@@ -48,7 +54,7 @@ class LinkFailures:
                 self._ifindex[(name, link.get_attr("IFLA_IFNAME"))] = link["index"]
 
     # --- events ----------------------------------------------------------------------------------------------
-    def down(self, link: Link) -> None:
+    def down(self, link: Link, detection_s: float | None = None) -> None:
         with self._lock:
             for node, dev in ((link.a, link.a_dev), (link.b, link.b_dev)):
                 self._set_state(node, dev, "down")
@@ -56,9 +62,9 @@ class LinkFailures:
                 self.failed.append(link)
             t = time.time()
             self.log({"t": t, "event": "down", "link": f"{link.a}-{link.b}"})
-            self._detect(link, list(self.failed), t)
+            self._detect(link, list(self.failed), t, detection_s)
 
-    def up(self, link: Link) -> None:
+    def up(self, link: Link, detection_s: float | None = None) -> None:
         with self._lock:
             for node, dev in ((link.a, link.a_dev), (link.b, link.b_dev)):
                 self._set_state(node, dev, "up")
@@ -68,7 +74,26 @@ class LinkFailures:
             self.failed = [lk for lk in self.failed if lk != link]
             t = time.time()
             self.log({"t": t, "event": "up", "link": f"{link.a}-{link.b}"})
-            self._detect(link, list(self.failed), t)
+            self._detect(link, list(self.failed), t, detection_s)
+
+    def degrade(self, link: Link, rate_bps: int | None, loss: float | None) -> None:
+        """The link's rate cut and random loss raised, both directions; routing does not notice."""
+        with self._lock:
+            for node, dev, spec in ((link.a, link.a_dev, link.a_spec), (link.b, link.b_dev, link.b_spec)):
+                if rate_bps is not None:
+                    self._rate(node, dev, replace(spec, rate_bps=rate_bps))
+                self._loss(node, dev, loss or 0.0)
+            detail = f"rate {rate_bps} bit/s" if rate_bps is not None else ""
+            detail += f"{', ' if detail else ''}loss {loss}" if loss else ""
+            self.log({"t": time.time(), "event": "degrade", "link": f"{link.a}-{link.b}", "detail": detail})
+
+    def restore(self, link: Link) -> None:
+        """The link's own rate and loss back."""
+        with self._lock:
+            for node, dev, spec in ((link.a, link.a_dev, link.a_spec), (link.b, link.b_dev, link.b_spec)):
+                self._rate(node, dev, spec)
+                self._loss(node, dev, 0.0)
+            self.log({"t": time.time(), "event": "restore", "link": f"{link.a}-{link.b}"})
 
     def close(self) -> None:
         for timer in self._timers:
@@ -78,10 +103,11 @@ class LinkFailures:
         self._ipr.clear()
 
     # --- routing ---------------------------------------------------------------------------------------------
-    def _detect(self, link: Link, failed: list[Link], t_event: float) -> None:
+    def _detect(self, link: Link, failed: list[Link], t_event: float, detection_s: float | None) -> None:
         """Reconverge on the failed set as it was at this event, ``detection_s`` after it."""
         wanted = overrides(self.topo, failed)  # computed now, applied when detected
-        timer = threading.Timer(self.detection_s, self._reconverge, (link, wanted, t_event))
+        delay = self.detection_s if detection_s is None else detection_s
+        timer = threading.Timer(delay, self._reconverge, (link, wanted, t_event))
         timer.daemon = True
         self._timers.append(timer)
         timer.start()
@@ -110,6 +136,25 @@ class LinkFailures:
                 }
             )
 
+    def _rate(self, node: str, dev: str, spec: LinkSpec) -> None:
+        burst, frame = tc.htb_burst(spec), spec.mtu + ETH_HEADER
+        line = (
+            f"class change dev {dev} parent {tc.ROOT_HANDLE} classid {tc.CLASS_ID} htb rate {spec.rate_bps}bit "
+            f"ceil {spec.rate_bps}bit burst {burst} cburst {burst} quantum {frame}"
+        )
+        subprocess.run(["tc", "-n", self.netns_of(node), *line.split()], check=True, capture_output=True)
+
+    def _loss(self, node: str, dev: str, loss: float) -> None:
+        """An nftables table of this port's own (``testbed_events_<dev>``), made or deleted."""
+        table = f"testbed_events_{dev.replace('-', '_')}"
+        ns = ["ip", "netns", "exec", self.netns_of(node), "nft"]
+        subprocess.run([*ns, "delete", "table", "inet", table], capture_output=True)  # absent at first: fine
+        if loss > 0:
+            rule = f'oifname "{dev}" numgen random mod 1000000 < {round(loss * 1_000_000)} counter drop'
+            hook = "type filter hook postrouting priority 0; policy accept;"
+            script = f"table inet {table} {{\n  chain postrouting {{\n    {hook}\n    {rule}\n  }}\n}}\n"
+            subprocess.run([*ns, "-f", "-"], input=script, text=True, check=True, capture_output=True)
+
     def _set_state(self, node: str, dev: str, state: str) -> None:
         self._ipr[node].link("set", index=self._ifindex[(node, dev)], state=state)
 
@@ -123,3 +168,44 @@ class LinkFailures:
         else:
             paths = [{"gateway": gw, "oif": self._ifindex[(node, dev)]} for gw, dev in hops]
             ipr.route("replace", dst=dst, multipath=paths)
+
+
+class EventRunner:
+    """Applies a scenario's link events (``testbed.spec.events``) at their times after traffic starts, from a
+    thread; ``stop`` ends it early (the run ended or failed)."""
+
+    def __init__(self, failures: LinkFailures, events: tuple[LinkEvent, ...], t0: float):
+        self.failures = failures
+        self.steps = sorted(
+            ((t0 + at, i, action, ev) for i, ev in enumerate(events) for at, action in ev.steps()),
+            key=lambda s: (s[0], s[1]),
+        )
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="link-events", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        f = self.failures
+        for t, _, action, ev in self.steps:
+            if self._stop.wait(max(0.0, t - time.time())):
+                return
+            link = find_link(f.topo, ev.link, "events")
+            try:
+                if action == "down":
+                    f.down(link, ev.detection_s)
+                elif action == "up":
+                    f.up(link, ev.detection_s)
+                elif action == "degrade":
+                    f.degrade(link, ev.rate_bps, ev.loss)
+                else:
+                    f.restore(link)
+            except Exception as exc:  # netlink or tc refused: the run records it and fails
+                self.errors.append(f"{action} {ev.link}: {type(exc).__name__}: {exc}")
+                return
+
+    def stop(self) -> list[str]:
+        """End the thread; the errors it met (empty when every event was applied)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.errors

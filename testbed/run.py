@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from results.progress import Progress
 from results.record import RunRecord, load_run
 from testbed.errors import TestbedError
 from testbed.fabric.build import Fabric, check_spec
+from testbed.failures import EventRunner, LinkFailures
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
 from testbed.machine import probe
@@ -272,10 +274,14 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
     ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file)
     budget = CpuBudget()
     window: list[float] = []
+    events = _link_events(record, scenario, fab)
+    runner: list[EventRunner] = []
 
     def on_go(t_go: float) -> None:  # the measured window starts when traffic does, after every process set up
         window.append(t_go)
         budget.start(fab.procs.procs)
+        if events is not None:
+            runner.append(EventRunner(events, scenario.events, t_go))
 
     try:
         tables = run_workload(
@@ -288,6 +294,9 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             on_go=on_go,
         )
     finally:
+        event_errors = runner[0].stop() if runner else []
+        if events is not None:
+            events.close()
         if window:
             record.set("traffic_window", [window[0], time.time()])
             record.set("cpu_budget", budget.stop(fab.procs.procs))
@@ -312,6 +321,26 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         w = record.table(table)
         for row in rows:
             w.write(row)
+    if event_errors:
+        raise RuntimeError(f"a link event could not be applied: {event_errors[0]}")
+
+
+def _link_events(record: RunRecord, scenario: Scenario, fab: Fabric) -> LinkFailures | None:
+    """The fabric's link failures (testbed.failures), logging to link_events.csv and events.csv; None without
+    ``events:``."""
+    if not scenario.events:
+        return None
+    table = record.table("link_events")
+    lock = threading.Lock()  # rows come from the event thread and the detection timers
+
+    def log(row: dict[str, Any]) -> None:
+        after = f" after {row['after_s'] * 1e3:.1f} ms" if row.get("after_s") is not None else ""
+        with lock:
+            table.write(row)
+            table.flush()
+            record.event(f"link {row['event']}", f"{row['link']}{after} {row.get('detail') or ''}".strip(), row["t"])
+
+    return LinkFailures(fab.topo, fab.netns, scenario.events[0].detection_s, log)
 
 
 def preflight(point: Scenario, caps: Capabilities, budget: bool = True) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from testbed.spec.events import LinkEvent, parse_events
 from testbed.spec.fabric import FabricSpec, Override
 from testbed.spec.fields import SpecError, boolean, check_keys, integer, number, sub
 from testbed.spec.scaling import apply_scale
@@ -43,6 +44,7 @@ SCENARIO_KEYS = {
     "description",
     "fabric",
     "workload",
+    "events",
     "duration",
     "sweep",
     "repeat",
@@ -98,6 +100,7 @@ class Scenario:
     variant: tuple[tuple[str, Any], ...] = ()  # this point's sweep values
     repeat_index: int = 0
     scale: dict[str, Any] | None = None  # rate scaling notes: both scales, and what does not scale
+    events: tuple[LinkEvent, ...] = ()  # scheduled link events (testbed.spec.events)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ def resolved(scenario: Scenario) -> dict[str, Any]:
         "seed": scenario.seed,
         "telemetry": to_plain(scenario.telemetry),
         "kernel": scenario.kernel,
+        **({"events": [to_plain(e) for e in scenario.events]} if scenario.events else {}),
     }
 
 
@@ -216,7 +220,17 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         variant=variant,
         repeat_index=repeat_index,
         scale=scale_notes,
+        events=_events(data, topo, duration, scale_notes),
     )
+
+
+def _events(data: dict[str, Any], topo: Topology, duration: float, scaled: Any) -> tuple[LinkEvent, ...]:
+    events = parse_events(data.get("events"), "events", topo, duration)
+    if scaled and any(e.rate_bps is not None for e in events):
+        raise SpecError(
+            "events", "a degraded rate under fabric.scale is not supported: give the loss only, or drop scale"
+        )
+    return events
 
 
 def expand(data: dict[str, Any]) -> ScenarioFile:

@@ -135,6 +135,10 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "marks": (("node", "dev", "impl", "marks", "ect_seen"), "ECN marker counters at the end of the run"),
     "events": (("t", "kind", "detail"), "lifecycle events"),
+    "link_events": (
+        ("t", "event", "link", "after_s", "routes", "detail"),
+        "scheduled link events as applied (down, up, degrade, restore) and each reroute once detected",
+    ),
 }
 
 # Columns read as text whatever they hold: "0" in cpu.csv's cpu column is a core's name, not the number 0. Any
@@ -158,4 +162,5 @@ TEXT: dict[str, frozenset[str]] = {
     "trains": frozenset({"job"}),
     "marks": frozenset({"node", "dev", "impl"}),
     "events": frozenset({"kind", "detail"}),
+    "link_events": frozenset({"event", "link", "detail"}),
 }

@@ -184,3 +184,67 @@ def _ping_rtt(fab: Fabric, dst_ip: str) -> float:
 
 def _routes(fab: Fabric, node: str) -> str:
     return subprocess.run(["ip", "-n", fab.netns(node), "route"], capture_output=True, text=True, check=True).stdout
+
+
+def _iperf_mbps(fab: Fabric, src: str, dst: str, port: int) -> float:
+    import json
+
+    ns_dst, ip = fab.hosts[dst].netns, fab.topo.hosts[dst].ip
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", ns_dst, "iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL
+    )
+    try:
+        listening = ["ip", "netns", "exec", ns_dst, "ss", "-Hltn", f"sport = :{port}"]
+        _wait(
+            "iperf3 listening", lambda: bool(subprocess.run(listening, capture_output=True, text=True).stdout.strip())
+        )
+        cp = subprocess.run(
+            ["ip", "netns", "exec", fab.hosts[src].netns, "iperf3", "-c", ip, "-p", str(port), "-t", "2", "-J"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    finally:
+        server.wait(timeout=10)
+    return float(json.loads(cp.stdout)["end"]["sum_received"]["bits_per_second"]) / 1e6
+
+
+def test_degrade_cuts_a_links_rate_and_restore_gives_it_back(tmp_path: Path) -> None:
+    """Both uplinks of l1 degraded to 20 Mbit/s (both directions): a flow from l1 gets about 20; restored, about 100.
+    The degrade's loss is an nftables table of each end's own, gone after the restore."""
+    spec = {"spines": 2, "leaves": 2, "hosts_per_leaf": 1, "host_link": {"rate": "100Mbit", "mtu": 9000}}
+    log: list[dict[str, Any]] = []
+    with Fabric(FabricSpec.from_dict(spec), lock_wait=300) as fab:
+        failures = LinkFailures(fab.topo, fab.netns, DETECTION, log.append)
+        try:
+            links = [find_link(fab.topo, f"s{i}-l1", "test") for i in (1, 2)]
+            for lk in links:
+                failures.degrade(lk, 20_000_000, 0.0001)
+            classes = _tc_class(fab, "s1", "s1-l1") + _tc_class(fab, "l1", "l1-s1")
+            tables = _nft(fab, "s1") + _nft(fab, "l1")
+            degraded = _iperf_mbps(fab, "l1h1", "l2h1", 5301)
+            for lk in links:
+                failures.restore(lk)
+            restored = _iperf_mbps(fab, "l1h1", "l2h1", 5302)
+            after = _nft(fab, "s1") + _nft(fab, "l1")
+            classes_after = _tc_class(fab, "l1", "l1-s1")
+        finally:
+            failures.close()
+    print(f"degraded {degraded:.1f} Mbit/s, restored {restored:.1f} Mbit/s")
+    assert classes.count("rate 20Mbit") == 2 and "rate 100Mbit" in classes_after
+    assert "testbed_events_s1_l1" in tables and "testbed_events_l1_s1" in tables and "testbed_events" not in after
+    assert [e["event"] for e in log] == ["degrade", "degrade", "restore", "restore"]
+    assert 0.85 * 20 < degraded < 20 and restored > 0.9 * 100 * 8946 / 9014
+
+
+def _tc_class(fab: Fabric, node: str, dev: str) -> str:
+    return subprocess.run(
+        ["tc", "-n", fab.netns(node), "class", "show", "dev", dev], capture_output=True, text=True
+    ).stdout
+
+
+def _nft(fab: Fabric, node: str) -> str:
+    cp = subprocess.run(
+        ["ip", "netns", "exec", fab.netns(node), "nft", "list", "tables"], capture_output=True, text=True
+    )
+    return cp.stdout
