@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from results import plots_kernel
+from results import plots_events, plots_kernel
 from results.compare import Comparison, Row
 from results.metrics import load_window
 from results.record import Run
@@ -133,20 +133,22 @@ def queue_occupancy(cmp: Comparison, reg: StyleRegistry) -> Figure:
     for row in cmp.rows:  # one run's queues.csv at a time
         tab = row.runs[0].table("queues")
         backlog = numbers(tab, "backlog_bytes")
+        t0 = float(numbers(tab, "t").min()) if len(tab) else 0.0
         for ax, q in zip(axes[:, 0], top, strict=True):
             node, dev = q.split(":", 1)
             here = (tab["node"] == node) & (tab["dev"] == dev) & backlog.notna() if len(tab) else None
             if here is None or not here.any():
                 continue
             t = numbers(tab, "t")[here].to_numpy()
-            ax.plot(t - t.min(), backlog[here].to_numpy() / 1e3, linewidth=1, **reg.style(row.label).line())
+            ax.plot(t - t0, backlog[here].to_numpy() / 1e3, linewidth=1, **reg.style(row.label).line())
+            plots_events.event_marks(ax, row.runs[0], t0, reg.style(row.label).color)
         row.runs[0].forget("queues")
     for ax, q in zip(axes[:, 0], top, strict=True):
         ax.set_ylabel("backlog (KB)")
         ax.set_title(f"{q} (max {hottest[q] / 1e3:.1f} KB)", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
-    axes[-1, 0].set_xlabel("time since first sample (s); first repetition of each variant")
+    axes[-1, 0].set_xlabel("time since first sample (s); first repetition of each variant; link events marked")
     fig.suptitle(f"Occupancy of the {len(top)} hottest queues")
     return fig
 
@@ -276,6 +278,10 @@ def ecmp_spines(cmp: Comparison, reg: StyleRegistry) -> Figure:
 
 FIGURES: dict[str, tuple[str, Callable[[Comparison, StyleRegistry], Figure]]] = {
     "cdf_iteration_time": ("CDF of collective iteration time", cdf_iterations),
+    "iteration_timeline": (
+        "Collective iterations over time, with link events",
+        lambda c, r: plots_events.iteration_timeline(c, r, NoData),
+    ),
     "cdf_fct": ("CDF of flow completion time", cdf_fct),
     "cdf_rtt": ("CDF of RTT under load", cdf_rtt),
     "queue_occupancy": ("Queue occupancy of the hottest queues", queue_occupancy),
