@@ -335,7 +335,8 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
             if cand.exists():
                 sampler_health = json.loads(cand.read_text())
                 break
-    ports = (manifest.get("fabric") or {}).get("ports") or []
+    changed = _rate_changed(manifest)
+    ports = [p for p in (manifest.get("fabric") or {}).get("ports") or [] if (p["node"], p["dev"]) not in changed]
     transport = ((manifest.get("scenario") or {}).get("fabric") or {}).get("transport") or {}
     kw.setdefault("packet_level", int(transport.get("gso_max_segs", 1)) == 1)
     kw.setdefault("qtelem_health", manifest.get("qtelem_health"))
@@ -344,7 +345,24 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
         kw.setdefault("senders", run.table("senders"))
         kw.setdefault("flows", run.table("flows"))
         kw.setdefault("senders_watched", True)
-    return evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)
+    verdict = evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)
+    if changed:
+        names = ", ".join(f"{n}:{d}" for n, d in sorted(changed))
+        for c in verdict["checks"]:
+            if c["name"] == "bottleneck_rate":
+                c["reason"] += f" (not judged: {names}, whose rate a link event changed)"
+    return verdict
+
+
+def _rate_changed(manifest: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """Both ports of every link whose rate a scheduled ``degrade`` event changed: judged against their own rate,
+    they would look short for the whole of the degrade."""
+    out = set()
+    for ev in (manifest.get("scenario") or {}).get("events") or []:
+        if ev.get("action") == "degrade" and ev.get("rate_bps") is not None:
+            a, b = str(ev["link"]).split("-", 1)
+            out |= {(a, f"{a}-{b}"), (b, f"{b}-{a}")}
+    return out
 
 
 def format_verdict(v: Mapping[str, Any]) -> str:

@@ -74,3 +74,17 @@ def test_bad_events_get_one_line(event: dict[str, Any], where: str, reason: str)
 def test_events_need_static_ecmp() -> None:
     with pytest.raises(SpecError, match=r"link events need ecmp\.mode static"):
         _scenario([{"at": "1s", "action": "down", "link": "s1-l1"}], ecmp={"mode": "spray"})
+
+
+def test_a_degraded_links_ports_are_not_judged_on_their_own_rate() -> None:
+    from results.fidelity import _rate_changed
+
+    s = _scenario(
+        [
+            {"at": "1s", "action": "degrade", "link": "l1-s2", "rate": "50Mbit"},
+            {"at": "2s", "action": "degrade", "link": "s1-l2", "loss": 0.01},  # loss only: the rate holds
+            {"at": "3s", "action": "down", "link": "s1-l1"},
+        ]
+    )
+    assert _rate_changed({"scenario": resolved(s)}) == {("s2", "s2-l1"), ("l1", "l1-s2")}
+    assert _rate_changed({"scenario": resolved(_scenario(None))}) == set()
