@@ -8,7 +8,10 @@ A sheet marks them in fenced blocks:
 - ``yaml lab-expect``: checks on the run's summaries, each ``{metric, point, ...}`` with one of
   ``about`` + ``within: [lo, hi]`` (lo x about <= value <= hi x about), ``at_most``, ``at_least`` or ``matches``;
   ``point`` is the sweep point's index, ``over`` another point's index to take the ratio against; ``metric`` is a
-  dotted path into the point's summary.json.
+  dotted path into the point's summary.json;
+- ``yaml lab-check`` (break-fix labs): checks of the same form that the fixed run (the change applied) must pass
+  and the broken run must not. A student runs them on a record directory:
+  ``python3 -m scenarios.lab_sheets check docs/labs/SHEET.md runs/DIR``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class LabSheet:
     cli: tuple[str, ...] = ()  # the mininet> commands
     change: dict[str, Any] = field(default_factory=dict)
     expect: tuple[dict[str, Any], ...] = ()
+    fixed: tuple[dict[str, Any], ...] = ()  # lab-check: what the fix must show
 
 
 def parse(path: Path) -> LabSheet:
@@ -50,11 +54,14 @@ def parse(path: Path) -> LabSheet:
     )
     change = next((yaml.safe_load(body) for info, body in blocks if info == "yaml lab-change"), None)
     expect = next((yaml.safe_load(body) for info, body in blocks if info == "yaml lab-expect"), None)
+    fixed = next((yaml.safe_load(body) for info, body in blocks if info == "yaml lab-check"), [])
     if not isinstance(change, dict) or len(change) != 1:
         raise ValueError(f"{path.name}: expected a `yaml lab-change` block with one setting")
     if not isinstance(expect, list) or not expect:
         raise ValueError(f"{path.name}: expected a `yaml lab-expect` block with a list of checks")
-    return LabSheet(path, scenario, argv, cli, change, tuple(expect))
+    if not isinstance(fixed, list):
+        raise ValueError(f"{path.name}: the `yaml lab-check` block must be a list of checks")
+    return LabSheet(path, scenario, argv, cli, change, tuple(expect), tuple(fixed))
 
 
 def _step(node: Any, rest: str, dotted: str) -> tuple[Any, str]:
@@ -104,3 +111,43 @@ def check(item: dict[str, Any], summaries: list[dict[str, Any]]) -> tuple[bool, 
     if "matches" in item:
         return bool(re.fullmatch(str(item["matches"]), str(value))), f"{seen}: {value!r}, expected {item['matches']}"
     raise ValueError(f"expectation {item} has no about/at_most/at_least/matches")
+
+
+def run_summaries(directory: Path) -> list[dict[str, Any]]:
+    """The summaries of the run records under ``directory``, in the order they ran (their names start with
+    their start time): a sweep's points in sweep order."""
+    import json
+
+    runs = sorted(p.parent for p in Path(directory).glob("*/manifest.json") if (p.parent / "summary.json").exists())
+    if not runs:
+        raise ValueError(f"{directory}: no run record with a summary.json here (run the scenario with -o {directory})")
+    return [json.loads((r / "summary.json").read_text()) for r in runs]
+
+
+def check_fix(sheet: LabSheet, summaries: list[dict[str, Any]]) -> list[tuple[bool, str]]:
+    """The sheet's lab-check items against a run's summaries."""
+    return [check(item, summaries) for item in sheet.fixed]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``check SHEET DIR``: did the fix work? One line per check, exit 0 when all pass."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python3 -m scenarios.lab_sheets", description="check a break-fix lab's fix")
+    ap.add_argument("what", choices=["check"])
+    ap.add_argument("sheet", type=Path, help="the lab sheet (docs/labs/*.md)")
+    ap.add_argument("runs", type=Path, help="the -o directory of your run")
+    args = ap.parse_args(argv)
+    sheet = parse(args.sheet)
+    if not sheet.fixed:
+        print(f"{args.sheet.name} has no lab-check block: it is not a break-fix lab")
+        return 2
+    results = check_fix(sheet, run_summaries(args.runs))
+    for ok, seen in results:
+        print(f"{'ok  ' if ok else 'FAIL'}  {seen}")
+    print("the fix worked" if all(ok for ok, _ in results) else "not fixed yet")
+    return 0 if all(ok for ok, _ in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

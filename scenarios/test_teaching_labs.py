@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scenarios.lab_sheets import LabSheet, check, parse, set_dotted
+from scenarios.lab_sheets import LabSheet, check, check_fix, parse, set_dotted
 from scenarios.scenario_helpers import REVERSED
 from testbed.cli import parser
 from testbed.spec.scenario import resolve_paths
@@ -72,3 +72,9 @@ def test_lab_sheet(sheet: LabSheet, experiment: Callable[..., object], tmp_path:
     argv = [*sheet.run_argv[:4], str(changed), "-o", str(tmp_path / "runs"), "--retake-unfaithful", "2"]
     cp = subprocess.run(["/usr/bin/python3", *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert cp.returncode == 0, f"{sheet.path.name}: the changed scenario: {cp.stdout[-1500:]}{cp.stderr[-1500:]}"
+    if sheet.fixed:  # a break-fix lab: the student's check passes on the fix, and did not on the fault
+        student = ["/usr/bin/python3", "-m", "scenarios.lab_sheets", "check", str(sheet.path), str(tmp_path / "runs")]
+        cp = subprocess.run(student, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert cp.returncode == 0, f"{sheet.path.name}: the check on the fixed run: {cp.stdout}{cp.stderr}"
+        broken = [seen for ok, seen in check_fix(sheet, summaries) if ok]
+        assert not all(ok for ok, _ in check_fix(sheet, summaries)), f"{sheet.path.name}: the fault passes: {broken}"

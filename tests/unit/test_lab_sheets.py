@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SHEETS = sorted((ROOT / "docs" / "labs").glob("lab*.md"))
 
 
-def test_there_are_five_sheets() -> None:
-    assert [p.stem.split("-")[0] for p in SHEETS] == ["lab1", "lab2", "lab3", "lab4", "lab5"]
+def test_there_are_seven_sheets_two_of_them_break_fix() -> None:
+    assert [p.stem.split("-")[0] for p in SHEETS] == [f"lab{i}" for i in range(1, 8)]
+    assert [p.stem for p in SHEETS if parse(p).fixed] == ["lab6-hashing", "lab7-uplink"]
 
 
 @pytest.mark.parametrize("path", SHEETS, ids=[p.stem for p in SHEETS])
@@ -54,3 +55,22 @@ def test_check_kinds() -> None:
     assert check({"metric": "t", "point": 0, "at_most": 1.1}, pts)[0]
     assert not check({"metric": "t", "point": 1, "at_least": 2.2}, pts)[0]
     assert check({"metric": "q", "point": 0, "matches": r"l\d:l\d-s1"}, pts)[0]
+
+
+def test_break_fix_check_reads_a_run_directory(tmp_path: Path) -> None:
+    """The student's check: the sheet's lab-check items on the summaries under a run directory."""
+    import json
+
+    from scenarios.lab_sheets import main
+
+    sheet = Path(__file__).resolve().parents[2] / "docs" / "labs" / "lab6-hashing.md"
+    assert parse(sheet).fixed  # a break-fix sheet
+    run = tmp_path / "20261205T000000Z-lab-hashing"
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")
+    (run / "summary.json").write_text(json.dumps({"goodput_bps": 98e6, "ecmp_imbalance": 1.03}))
+    assert main(["check", str(sheet), str(tmp_path)]) == 0
+    (run / "summary.json").write_text(json.dumps({"goodput_bps": 49e6, "ecmp_imbalance": 2.0}))
+    assert main(["check", str(sheet), str(tmp_path)]) == 1
+    with pytest.raises(ValueError, match="no run record"):
+        main(["check", str(sheet), str(tmp_path / "empty")])
