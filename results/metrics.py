@@ -78,6 +78,8 @@ def _collective_stats(rows: pd.DataFrame) -> dict[str, float | None]:
     factor = numbers(rows, "busbw_factor").to_numpy()
     ideal = numbers(rows, "ideal_s").to_numpy()
     out: dict[str, float | None] = {"n": float(t.size), "p50_s": p50, "p99_s": p99, "max_s": float(t.max())}
+    # what stalls cost: the time every iteration took beyond the median one, summed (a link failure's, a flap's)
+    out["excess_s"] = float(np.clip(t - np.median(t), 0, None).sum())
     out["algbw_bps"] = _median(algbw)
     out["busbw_bps"] = _median(algbw * factor)
     out["measured_over_ideal"] = _median(t / ideal)
@@ -127,6 +129,7 @@ def collectives(run: Run, s: Summary) -> None:
     s.put("coll_iter_p50_s", st["p50_s"])
     s.put("coll_iter_p99_s", st["p99_s"])
     s.put("coll_iter_max_s", st["max_s"])
+    s.put("coll_excess_s", st["excess_s"])
     for key, why in (
         ("algbw_bps", "iterations.csv has no size_bytes"),
         ("busbw_bps", "no size_bytes/busbw_factor"),

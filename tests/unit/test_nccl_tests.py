@@ -134,6 +134,7 @@ def test_table_lines_and_footer(tmp_path: Path) -> None:
         assert r["algbw_GBps"] == pytest.approx(r["size"] / (r["time_us"] / 1e6) / 1e9)
     assert table["avg_busbw_GBps"] == pytest.approx(sum(r["busbw_GBps"] for r in table["rows"]) / 3)
     assert table["units"] == "emulated"
+    assert s["coll_excess_s"] == pytest.approx(0.1)  # 2.2 s against the median 2.1 s
     assert s["coll_iters_n"] == 2 and s["algbw_bps"] == pytest.approx((16 << 20) * 8 * (1 / 2.0 + 1 / 2.2) / 2)
     text = format_table("sweep", table)
     lines = text.splitlines()
