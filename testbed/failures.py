@@ -42,6 +42,7 @@ class LinkFailures:
         self.detection_s = detection_s
         self.log = log
         self.failed: list[Link] = []
+        self.errors: list[str] = []  # what a detection timer could not apply (the run fails with it)
         self._installed: dict[tuple[str, str], Override] = {}
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
@@ -98,9 +99,10 @@ class LinkFailures:
     def close(self) -> None:
         for timer in self._timers:
             timer.cancel()
-        for ipr in self._ipr.values():
-            ipr.close()
-        self._ipr.clear()
+        with self._lock:  # a timer already running finishes first
+            for ipr in self._ipr.values():
+                ipr.close()
+            self._ipr.clear()
 
     # --- routing ---------------------------------------------------------------------------------------------
     def _detect(self, link: Link, failed: list[Link], t_event: float, detection_s: float | None) -> None:
@@ -113,6 +115,12 @@ class LinkFailures:
         timer.start()
 
     def _reconverge(self, link: Link, wanted: list[Override], t_event: float) -> None:
+        try:
+            self._apply(link, wanted, t_event)
+        except Exception as exc:  # a timer thread has no caller: keep it for the run to fail with
+            self.errors.append(f"rerouting around {link.a}-{link.b}: {type(exc).__name__}: {exc}")
+
+    def _apply(self, link: Link, wanted: list[Override], t_event: float) -> None:
         with self._lock:
             if not self._ipr:
                 return
@@ -205,7 +213,7 @@ class EventRunner:
                 return
 
     def stop(self) -> list[str]:
-        """End the thread; the errors it met (empty when every event was applied)."""
+        """End the thread; the errors it and the reroutes met (empty when every event was applied)."""
         self._stop.set()
         self._thread.join(timeout=10)
-        return self.errors
+        return self.errors + self.failures.errors

@@ -255,6 +255,7 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         netstat.write(row)
     tele = scenario.telemetry
     go_file = record.raw_dir / "go"
+    events = _link_events(record, scenario, fab)
     sampler = start_sampler(
         fab.procs,
         _sampler_ports(fab),
@@ -274,7 +275,6 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
     ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file)
     budget = CpuBudget()
     window: list[float] = []
-    events = _link_events(record, scenario, fab)
     runner: list[EventRunner] = []
 
     def on_go(t_go: float) -> None:  # the measured window starts when traffic does, after every process set up
@@ -340,7 +340,9 @@ def _link_events(record: RunRecord, scenario: Scenario, fab: Fabric) -> LinkFail
             table.flush()
             record.event(f"link {row['event']}", f"{row['link']}{after} {row.get('detail') or ''}".strip(), row["t"])
 
-    return LinkFailures(fab.topo, fab.netns, scenario.events[0].detection_s, log)
+    failures = LinkFailures(fab.topo, fab.netns, scenario.events[0].detection_s, log)
+    fab.on_teardown(failures.close)  # its sockets would keep deleted namespaces alive, whatever ends the run
+    return failures
 
 
 def preflight(point: Scenario, caps: Capabilities, budget: bool = True) -> None:

@@ -119,6 +119,7 @@ class Fabric:
         self._net: Any = None  # the Mininet network (Mininet is untyped)
         self._markers: MarkerSet | None = None
         self._flowlets: FlowletSet | None = None
+        self._closers: list[Callable[[], None]] = []  # run-time helpers to close first (on_teardown)
         self._cc: CongestionControl | None = None
         self._old_sigterm: Any = None
 
@@ -281,6 +282,11 @@ class Fabric:
             for dev in downlinks(self.topo.routes[name], ports_by_node[name]):
                 flowlets.attach(self.netns(name), dev, self.topo.flowlet_gap(), ways, e.pick == "random")
 
+    def on_teardown(self, close: Callable[[], None]) -> None:
+        """Call ``close`` first when the fabric is torn down (e.g. netlink sockets held in its namespaces, which
+        would keep a deleted namespace and its devices alive)."""
+        self._closers.append(close)
+
     def read_flowlets(self) -> dict[str, dict[str, int]] | None:
         """``node:dev`` -> the flowlet program's counters (testbed.fabric.flowlet); None unless mode is flowlet."""
         if self._flowlets is None:
@@ -359,6 +365,8 @@ class Fabric:
                 errors.append(f"{what}: {exc}")
 
         step("stop processes", self.procs.stop_all)
+        while self._closers:
+            step("close run-time helpers", self._closers.pop())
         if self._markers is not None:
             step("detach ECN markers", self._markers.close)
             self._markers = None
