@@ -23,7 +23,7 @@ STATS = struct.Struct("<" + "Q" * len(STATS_FIELDS))
 MODES = {"off": 0, "step": 1, "ramp": 2}
 # Root qdiscs that keep sch->qstats.backlog (the marker reads it); lockless ones (pfifo_fast, mq) do not.
 BACKLOG_ROOTS = {"htb", "tbf", "bfifo", "pfifo", "hfsc", "prio", "drr", "qfq", "ets", "red"}
-FILTER_PRIO = "1"
+FILTER_PRIO = "2"  # after flowlet.bpf.c's uplink program (prio 1), which passes every packet on to it
 KFUNC_HINT = (
     "the marker reads the qdisc backlog through bpf_cast_to_kern_ctx, which needs Linux >= 6.2 with BTF; "
     "on older kernels use impl 'kernel' (sch_red)"

@@ -70,9 +70,9 @@ def check_spec(spec: FabricSpec, caps: Capabilities) -> Topology:
         caps.require("nftables", "random loss on links")
     if spec.ecmp.mode == "spray":
         caps.require("nftables", "ecmp.mode spray (numgen marks)")
-    if spec.ecmp.mode == "flowlet":
+    if spec.ecmp.mode in ("flowlet", "adaptive"):
         for key in ("btf", "qdisc.clsact", "tool.bpftool"):
-            caps.require(key, "ecmp.mode flowlet (a BPF program per router port)")
+            caps.require(key, f"ecmp.mode {spec.ecmp.mode} (a BPF program per router)")
     if spec.ecmp.seed is not None:
         caps.require("ecmp.hash_seed", "ecmp.seed")
     caps.require("ecmp.hash_policy_3", "deterministic ECMP hashing")
@@ -143,9 +143,10 @@ class Fabric:
         e = self.spec.ecmp
         if e.mode == "spray":
             return {"mode": "spray", "pick": e.pick, "ways": dict(sorted(self.spray.items()))}
-        if e.mode == "flowlet":
+        if e.mode in ("flowlet", "adaptive"):
+            pick = "least-queued" if e.mode == "adaptive" else e.pick
             gap = self.topo.flowlet_gap()
-            return {"mode": "flowlet", "pick": e.pick, "gap_s": gap, "ways": dict(sorted(self.spray.items()))}
+            return {"mode": e.mode, "pick": pick, "gap_s": gap, "ways": dict(sorted(self.spray.items()))}
         return {"mode": "static", "hash": e.hash, "seed": e.seed}
 
     @property
@@ -246,7 +247,7 @@ class Fabric:
             self._way_tables()
         self._apply_delay()
         self._attach_markers()
-        if spec.ecmp.mode == "flowlet":
+        if spec.ecmp.mode in ("flowlet", "adaptive"):
             self._attach_flowlets()
 
     def _ports_by_node(self) -> dict[str, list[Port]]:
@@ -274,13 +275,15 @@ class Fabric:
         from testbed.ecn.build import DEFAULT_OUT
 
         assert self.state is not None
-        e = self.spec.ecmp
+        pick = str(self.load_balancing["pick"])
         flowlets = self._flowlets = FlowletSet(self.prefix, DEFAULT_OUT)
         self.state.add("bpf_pins", str(flowlets.root))
         ports_by_node = self._ports_by_node()
         for name, ways in self.spray.items():
-            for dev in downlinks(self.topo.routes[name], ports_by_node[name]):
-                flowlets.attach(self.netns(name), dev, self.topo.flowlet_gap(), ways, e.pick == "random")
+            routes, ports = self.topo.routes[name], ports_by_node[name]
+            down = downlinks(routes, ports)
+            up = [p.dev for p in ports if p.dev not in down]
+            flowlets.attach(self.netns(name), down, up, self.topo.flowlet_gap(), ways, pick)
 
     def on_teardown(self, close: Callable[[], None]) -> None:
         """Call ``close`` first when the fabric is torn down (e.g. netlink sockets held in its namespaces, which
@@ -288,11 +291,11 @@ class Fabric:
         self._closers.append(close)
 
     def read_flowlets(self) -> dict[str, dict[str, int]] | None:
-        """``node:dev`` -> the flowlet program's counters (testbed.fabric.flowlet); None unless mode is flowlet."""
+        """node -> its flowlet program's counters (testbed.fabric.flowlet); None unless flowlet or adaptive."""
         if self._flowlets is None:
             return None
         node = {self.netns(n): n for n in self.topo.nodes}
-        return {f"{node[ns]}:{dev}": c for (ns, dev), c in sorted(self._flowlets.read().items())}
+        return {node[ns]: c for ns, c in sorted(self._flowlets.read().items())}
 
     def _apply_delay(self) -> None:
         for i, p in enumerate(p for p in self.topo.ports() if p.link.delay_s > 0):

@@ -1,10 +1,12 @@
-"""Flowlet switching's BPF attachments for one run (``ecmp.mode: flowlet``): load, configure, attach, read, detach.
+"""Flowlet switching's and adaptive routing's BPF programs for one run (``ecmp.mode: flowlet`` or ``adaptive``):
+load, configure, attach, read, detach.
 
-One program instance (testbed/ecn/bpf/flowlet.bpf.c) per router port that is no ECMP next hop, at its clsact
-ingress, pinned under ``/sys/fs/bpf/<prefix>/flowlet/<netns>__<dev>/`` so that `testbed clean` finds what a dead
-run left. Each sets the mark that picks a way table (testbed.fabric.routing's spraying tables). The programs of
-one node share its round-robin turn (the first one's ``turn`` map): each port's own turn would start every flow
-of a leaf on the same way, as the first try here did (aggregate 0.37 of ideal, one spine idle).
+One instance of testbed/ecn/bpf/flowlet.bpf.c per ECMP router, loaded with ``bpftool prog loadall`` so that its
+two programs share its maps: ``flowlet`` at the clsact ingress of every port that is no ECMP next hop, and (for
+adaptive routing) ``uplink`` at the clsact egress of every ECMP next hop, before any ECN marker there. Pinned under
+``/sys/fs/bpf/<prefix>/flowlet/<netns>/`` so that `testbed clean` finds what a dead run left. One instance per
+node, not per port: the node's ports share its round-robin turn and flow table (per-port turns started every flow
+of a leaf on the same way in the first try here: aggregate 0.37 of ideal, one spine idle).
 """
 
 from __future__ import annotations
@@ -13,29 +15,30 @@ import json
 import os
 import shutil
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.ecn import bpfsys
 from testbed.ecn.errors import EcnError
 from testbed.ecn.sysrun import BPFFS, ensure_bpffs, run, tool
 
-CFG = struct.Struct("<QII")  # gap_ns, ways, random (struct flowlet_cfg)
+CFG = struct.Struct("<QII")  # gap_ns, ways, pick (struct flowlet_cfg)
+PICKS = {"round-robin": 0, "random": 1, "least-queued": 2}
+MAX_WAYS = 16  # the program's MAX_WAYS
 STATS_FIELDS = ("packets", "flowlets", "switches", "min_gap_new_ns", "max_gap_kept_ns")  # struct flowlet_stats
 STATS = struct.Struct("<" + "Q" * len(STATS_FIELDS))
 
 
 @dataclass
-class _Port:
+class _Node:
     netns: str
-    dev: str
     pin_dir: Path
     stats_fd: int = -1
-    clsact_ours: bool = False
+    devs: list[tuple[str, str, bool]] = field(default_factory=list)  # (dev, ingress|egress, clsact ours)
 
 
 def combine(per_cpu: list[dict[str, int]]) -> dict[str, int]:
-    """One port's counters over its CPUs: sums, the smallest nonzero ``min_gap_new_ns`` and the largest
+    """One node's counters over its CPUs: sums, the smallest nonzero ``min_gap_new_ns`` and the largest
     ``max_gap_kept_ns``."""
     out = {k: sum(c[k] for c in per_cpu) for k in ("packets", "flowlets", "switches")}
     starts = [c["min_gap_new_ns"] for c in per_cpu if c["min_gap_new_ns"]]
@@ -50,70 +53,79 @@ class FlowletSet:
     def __init__(self, prefix: str, build_dir: Path):
         self.obj = Path(build_dir) / "flowlet.bpf.o"
         self.root = BPFFS / prefix / "flowlet"
-        self._ports: dict[tuple[str, str], _Port] = {}
-        self._turns: dict[str, Path] = {}  # netns -> the turn map its programs share
+        self._nodes: dict[str, _Node] = {}
         self._ncpu = bpfsys.possible_cpus()
 
-    def attach(self, netns: str, dev: str, gap_s: float, ways: int, random: bool) -> None:
+    def attach(self, netns: str, downlinks: list[str], uplinks: list[str], gap_s: float, ways: int, pick: str) -> None:
+        """Load the node's instance, configure it, and attach ``flowlet`` to its downlinks; with ``pick``
+        least-queued also ``uplink`` to its uplinks."""
         if not self.obj.exists():
             raise EcnError(f"{self.obj} is missing: build it with `python3 -m testbed.ecn.build`")
+        if ways > MAX_WAYS:
+            raise EcnError(f"{netns}: {ways} ways, the flowlet program handles at most {MAX_WAYS}")
         ensure_bpffs()
-        pin_dir = self.root / f"{netns}__{dev}"
-        pin_dir.mkdir(parents=True, exist_ok=False)
-        port = self._ports[(netns, dev)] = _Port(netns, dev, pin_dir)
+        pin_dir = self.root / netns
+        (pin_dir / "maps").mkdir(parents=True, exist_ok=False)
+        node = self._nodes[netns] = _Node(netns, pin_dir)
         try:
-            load = [tool("bpftool"), "prog", "load", str(self.obj), str(pin_dir / "prog"), "type", "classifier"]
-            shared = ["map", "name", "turn", "pinned", str(self._turns[netns])] if netns in self._turns else []
-            res = run([*load, *shared, "pinmaps", str(pin_dir)], check=False)
+            load = [tool("bpftool"), "prog", "loadall", str(self.obj), str(pin_dir / "progs"), "type", "classifier"]
+            res = run([*load, "pinmaps", str(pin_dir / "maps")], check=False)
             if res.returncode != 0:
-                raise EcnError(f"loading the flowlet program for {netns}/{dev} failed:\n{res.stderr.strip()[-1200:]}")
-            cfg_fd = bpfsys.obj_get(pin_dir / "cfg")
+                raise EcnError(f"loading the flowlet program for {netns} failed:\n{res.stderr.strip()[-1200:]}")
+            cfg_fd = bpfsys.obj_get(pin_dir / "maps" / "cfg")
             try:
-                bpfsys.update(cfg_fd, 0, CFG.pack(round(gap_s * 1e9), ways, int(random)))
+                bpfsys.update(cfg_fd, 0, CFG.pack(round(gap_s * 1e9), ways, PICKS[pick]))
             finally:
                 os.close(cfg_fd)
-            port.stats_fd = bpfsys.obj_get(pin_dir / "stats")
-            self._turns.setdefault(netns, pin_dir / "turn")
-            if not self._has_clsact(netns, dev):
-                run(["tc", "qdisc", "add", "dev", dev, "clsact"], netns)
-                port.clsact_ours = True
-            filt = ["tc", "filter", "add", "dev", dev, "ingress", "prio", "1", "handle", "1", "bpf", "da"]
-            run([*filt, "pinned", str(pin_dir / "prog")], netns)
+            node.stats_fd = bpfsys.obj_get(pin_dir / "maps" / "stats")
+            for dev in downlinks:
+                self._filter(node, dev, "ingress", "flowlet")
+            if pick == "least-queued":
+                for dev in uplinks:
+                    self._filter(node, dev, "egress", "uplink")
         except BaseException:
-            self._detach(port)
+            self._detach(node)
             raise
+
+    def _filter(self, node: _Node, dev: str, hook: str, prog: str) -> None:
+        ours = not self._has_clsact(node.netns, dev)
+        if ours:
+            run(["tc", "qdisc", "add", "dev", dev, "clsact"], node.netns)
+        node.devs.append((dev, hook, ours))
+        filt = ["tc", "filter", "add", "dev", dev, hook, "prio", "1", "handle", "1", "bpf", "da"]
+        run([*filt, "pinned", str(node.pin_dir / "progs" / prog)], node.netns)
 
     @staticmethod
     def _has_clsact(netns: str, dev: str) -> bool:
         out = run(["tc", "-j", "qdisc", "show", "dev", dev], netns).stdout
         return any(q.get("kind") == "clsact" for q in json.loads(out or "[]"))
 
-    def read(self) -> dict[tuple[str, str], dict[str, int]]:
-        """(netns, dev) -> its counters (``combine``)."""
+    def read(self) -> dict[str, dict[str, int]]:
+        """netns -> its node's counters (``combine``)."""
         stride = (STATS.size + 7) // 8 * 8
         out = {}
-        for key, port in self._ports.items():
-            raw = bpfsys.lookup(port.stats_fd, 0, stride * self._ncpu)
+        for netns, node in self._nodes.items():
+            raw = bpfsys.lookup(node.stats_fd, 0, stride * self._ncpu)
             cpus = [dict(zip(STATS_FIELDS, STATS.unpack_from(raw, i * stride), strict=True)) for i in range(self._ncpu)]
-            out[key] = combine(cpus)
+            out[netns] = combine(cpus)
         return out
 
-    def _detach(self, port: _Port) -> None:
-        if Path("/run/netns", port.netns).exists():
-            if port.clsact_ours:
-                run(["tc", "qdisc", "del", "dev", port.dev, "clsact"], port.netns, check=False)
-            else:
-                run(["tc", "filter", "del", "dev", port.dev, "ingress", "prio", "1"], port.netns, check=False)
-        if port.stats_fd >= 0:
-            os.close(port.stats_fd)
-            port.stats_fd = -1
-        shutil.rmtree(port.pin_dir, ignore_errors=True)
-        self._ports.pop((port.netns, port.dev), None)
+    def _detach(self, node: _Node) -> None:
+        if Path("/run/netns", node.netns).exists():
+            for dev, hook, ours in node.devs:
+                if ours:
+                    run(["tc", "qdisc", "del", "dev", dev, "clsact"], node.netns, check=False)
+                else:
+                    run(["tc", "filter", "del", "dev", dev, hook, "prio", "1"], node.netns, check=False)
+        if node.stats_fd >= 0:
+            os.close(node.stats_fd)
+            node.stats_fd = -1
+        shutil.rmtree(node.pin_dir, ignore_errors=True)
+        self._nodes.pop(node.netns, None)
 
     def close(self) -> None:
-        for port in list(self._ports.values()):
-            self._detach(port)
-        if self.root.exists() and not any(self.root.iterdir()):
-            self.root.rmdir()
-        if self.root.parent.exists() and not any(self.root.parent.iterdir()):
-            self.root.parent.rmdir()
+        for node in list(self._nodes.values()):
+            self._detach(node)
+        for d in (self.root, self.root.parent):
+            if d.exists() and not any(d.iterdir()):
+                d.rmdir()

@@ -174,8 +174,8 @@ class LinkSpec:
 # ECMP and transport
 
 
-ECMP_MODES = ("static", "spray", "flowlet")  # adaptive is not built yet
-EcmpMode = Literal["static", "spray", "flowlet"]
+ECMP_MODES = ("static", "spray", "flowlet", "adaptive")
+EcmpMode = Literal["static", "spray", "flowlet", "adaptive"]
 Pick = Literal["round-robin", "random"]
 
 
@@ -190,7 +190,8 @@ class EcmpSpec:
     uses every uplink and its packets can arrive out of order. ``mode: flowlet`` keeps a flow on its next hop until
     it has been idle for longer than ``gap``, then picks again (``pick``). Without ``gap``, the fabric sets it to
     the most two paths' delays can differ (``testbed.spec.topology.flowlet_gap``), so a new flowlet cannot
-    overtake the last one's packets.
+    overtake the last one's packets. ``mode: adaptive`` is flowlet switching whose new flowlets take the uplink
+    whose queue holds the fewest bytes at that moment (read in the kernel); ``gap: 0s`` decides per packet.
     """
 
     hash: Literal["l3", "l4"] = "l4"
@@ -209,15 +210,15 @@ class EcmpSpec:
         mode = cast(EcmpMode, choice(sub(path, "mode"), data.get("mode", "static"), ECMP_MODES))
         picks = ("round-robin", "random")
         pick = cast(Pick, choice(sub(path, "pick"), data.get("pick", picks[0]), picks))
-        if "pick" in data and mode == "static":
-            raise SpecError(sub(path, "pick"), "static hashing picks no next hop; set mode: spray or flowlet")
+        if "pick" in data and mode in ("static", "adaptive"):
+            raise SpecError(sub(path, "pick"), f"{mode} mode picks its own next hop; pick is for spray or flowlet")
         gap = None
         if "gap" in data:
-            if mode != "flowlet":
-                raise SpecError(sub(path, "gap"), "only flowlet mode has an idle gap; set mode: flowlet or drop it")
+            if mode not in ("flowlet", "adaptive"):
+                raise SpecError(sub(path, "gap"), "only flowlet and adaptive modes have an idle gap")
             gap = unit(sub(path, "gap"), parse_duration, data["gap"])
-            if not 10e-6 <= gap <= 10.0:
-                raise SpecError(sub(path, "gap"), f"must be within 10us and 10s, got {data['gap']!r}")
+            if gap > 10.0 or 0 < gap < 10e-6:
+                raise SpecError(sub(path, "gap"), f"must be 0 (per packet) or within 10us and 10s, got {data['gap']!r}")
         return cls(h, seed, mode, pick, gap)
 
     @property

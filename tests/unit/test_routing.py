@@ -299,3 +299,9 @@ def test_flowlet_gap_is_the_most_two_paths_can_differ() -> None:
     assert ft.flowlet_gap() == pytest.approx(4 * 300e3 * 8 / 100e6)  # edge->agg->core->agg->edge
     given = spine_leaf(ecmp={"mode": "flowlet", "gap": "500us", "pick": "random"})
     assert given.flowlet_gap() == pytest.approx(500e-6) and given.spec.ecmp.pick == "random"
+
+
+def test_adaptive_mode_parses_with_a_per_packet_gap() -> None:
+    t = spine_leaf(ecmp={"mode": "adaptive", "gap": "0s"})
+    assert t.spec.ecmp.mode == "adaptive" and t.flowlet_gap() == 0.0
+    assert spine_leaf(ecmp={"mode": "adaptive"}).flowlet_gap() == pytest.approx(2 * 300e3 * 8 / 100e6)

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="ne
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = """\
 name: spray-{mode}
-description: one iperf3 flow over 2 spines, ecmp.mode {mode} (tests/root/test_spray.py)
+description: one iperf3 flow over 2 spines, ecmp.mode {mode} (tests/root/test_load_balancing.py)
 fabric:
   topology: spine-leaf
   spines: 2
@@ -73,7 +73,7 @@ def test_spray_splits_one_flow_over_both_spines(tmp_path: Path) -> None:
 
 FLOWLET = """\
 name: flowlet-{name}
-description: packet trains 30 ms apart, ecmp.mode flowlet with gap {gap} (tests/root/test_spray.py)
+description: packet trains 30 ms apart, ecmp.mode flowlet with gap {gap} (tests/root/test_load_balancing.py)
 fabric:
   topology: spine-leaf
   spines: 2
@@ -100,16 +100,17 @@ def test_flowlets_switch_only_at_idle_gaps_longer_than_the_setting(tmp_path: Pat
     """10 UDP trains of one 5-tuple, 30 ms apart. With a 5 ms gap every train is a flowlet and round-robin moves it
     to the other spine. With a 200 ms gap the trains are one flowlet; a second host of the leaf sends the same, and
     the leaf's shared turn puts the two on different spines. Neither reorders a train."""
-    for name, gap, flowlets, spread in (("short", "5ms", 10, True), ("long", "200ms", 1, False)):
+    for name, gap, flowlets, spread in (("short", "5ms", 10, True), ("long", "200ms", 2, False)):
         manifest, summary, trains = _flowlet_run(tmp_path, name, gap, "" if spread else SECOND)
         gap_ns = {"5ms": 5e6, "200ms": 200e6}[gap]
         lb = manifest["load_balancing"]
         assert lb["mode"] == "flowlet" and lb["gap_s"] == gap_ns / 1e9 and lb["ways"] == {"l1": 2, "l2": 2}
-        c = manifest["flowlets"]["l1:l1-l1h1"]  # the first sender's leaf, where its trains arrive
+        c = manifest["flowlets"]["l1"]  # the senders' leaf, where the trains arrive
         spines = summary["bytes_per_spine"]
         print(f"gap {gap}: leaf l1 {c}; bytes per spine {spines}")
-        assert c["flowlets"] == flowlets and c["switches"] == flowlets - 1, c
-        assert c["packets"] == 10 * 32
+        # short: one flow, a flowlet per train, each on the other way; long: one flowlet per host's flow
+        assert c["flowlets"] == flowlets and c["switches"] == (flowlets - 1 if spread else 0), c
+        assert c["packets"] == 10 * 32 * (1 if spread else 2)
         assert c["max_gap_kept_ns"] < gap_ns, c  # every idle spell a flow kept its way over was shorter than gap
         if spread:
             assert c["min_gap_new_ns"] > gap_ns, c  # and every one it moved after was longer
@@ -122,3 +123,41 @@ def test_flowlets_switch_only_at_idle_gaps_longer_than_the_setting(tmp_path: Pat
         assert len(rows) == (10 if spread else 20) and all(
             r["out_of_order"] == "0" and r["received"] == "32" for r in rows
         ), rows
+
+
+ADAPTIVE = """\
+name: adaptive-{name}
+description: trains 30 ms apart beside a bulk flow that fills one uplink, ecmp.mode {mode} (tests/root/test_load_balancing.py)
+fabric:
+  topology: spine-leaf
+  spines: 2
+  leaves: 2
+  hosts_per_leaf: 2
+  host_link: {{rate: 100Mbit, buffer: 300KB, mtu: 9000}}
+  fabric_link: {{rate: 50Mbit}}
+  ecmp: {{mode: {mode}, gap: 20ms}}
+workload:
+  - {{kind: iperf, name: bulk, src: l1h2, dst: l2h2, duration: 4}}
+  - {{kind: scapy_train, name: tr, src: l1h1, dst: l2h1, trains: 10, burst: 32, size: 1000, gap: 30ms, payload: udp,
+     start_after: 1s}}
+duration: 20s
+"""
+TRAIN_WIRE_BYTES = 10 * 32 * (1000 + 14)
+
+
+def test_adaptive_routing_avoids_the_uplink_a_bulk_flow_holds_full(tmp_path: Path) -> None:
+    """A bulk TCP flow from l1h2 fills one of l1's two 50 Mbit/s uplinks; 10 UDP trains from l1h1 follow, each a
+    new flowlet (30 ms apart, gap 20 ms). Adaptive routing sends every train up the other uplink, whose queue is
+    empty; round-robin flowlets send half of them into the full one."""
+    quiet = {}
+    for mode in ("adaptive", "flowlet"):
+        run = _record(tmp_path, mode, ADAPTIVE.format(name=mode, mode=mode))
+        manifest = json.loads((run / "manifest.json").read_text())
+        links = json.loads((run / "summary.json").read_text())["links"]
+        up = {s: links[f"l1:l1-{s}"]["tx_bytes"] for s in ("s1", "s2")}
+        quiet[mode] = min(up.values())
+        print(f"{mode}: l1's uplinks sent {up}; the trains' {TRAIN_WIRE_BYTES} bytes, {manifest['flowlets']['l1']}")
+        assert manifest["load_balancing"]["pick"] == ("least-queued" if mode == "adaptive" else "round-robin")
+        assert max(up.values()) > 10e6  # the bulk flow stayed on one uplink
+    assert abs(quiet["adaptive"] / TRAIN_WIRE_BYTES - 1) < 0.1, quiet  # every train took the quiet uplink
+    assert quiet["flowlet"] < 0.7 * TRAIN_WIRE_BYTES, quiet  # round-robin: about half of them
