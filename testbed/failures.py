@@ -89,12 +89,21 @@ class LinkFailures:
             self.log({"t": time.time(), "event": "degrade", "link": f"{link.a}-{link.b}", "detail": detail})
 
     def restore(self, link: Link) -> None:
-        """The link's own rate and loss back."""
+        """The link's own rate, loss and MTU back."""
         with self._lock:
             for node, dev, spec in ((link.a, link.a_dev, link.a_spec), (link.b, link.b_dev, link.b_spec)):
                 self._rate(node, dev, spec)
                 self._loss(node, dev, 0.0)
+                self._ipr[node].link("set", index=self._ifindex[(node, dev)], mtu=spec.mtu)
             self.log({"t": time.time(), "event": "restore", "link": f"{link.a}-{link.b}"})
+
+    def mtu(self, link: Link, end: str, mtu: int) -> None:
+        """One side's interface MTU: a mismatch drops the frames it receives above it (veth, like a switch port,
+        does not fragment), silently: no ICMP, so path MTU discovery cannot help."""
+        with self._lock:
+            dev = link.a_dev if end == link.a else link.b_dev
+            self._ipr[end].link("set", index=self._ifindex[(end, dev)], mtu=mtu)
+            self.log({"t": time.time(), "event": "mtu", "link": f"{link.a}-{link.b}", "detail": f"{end} mtu {mtu}"})
 
     def close(self) -> None:
         for timer in self._timers:
@@ -206,6 +215,8 @@ class EventRunner:
                     f.up(link, ev.detection_s)
                 elif action == "degrade":
                     f.degrade(link, ev.rate_bps, ev.loss)
+                elif action == "mtu":
+                    f.mtu(link, ev.end, int(ev.mtu or 0))
                 else:
                     f.restore(link)
             except Exception as exc:  # netlink or tc refused: the run records it and fails

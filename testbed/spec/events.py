@@ -6,7 +6,8 @@ after traffic starts. Pure: parsed and checked against the fabric before anythin
       - {at: 4s, action: up, link: s1-l2}
       - {at: 1s, action: flap, link: s2-l3, count: 3, period: 400ms}   # down, up after period/2, 3 times
       - {at: 1s, action: degrade, link: s1-l1, rate: 50Mbit, loss: 0.001}   # both directions
-      - {at: 5s, action: restore, link: s1-l1}
+      - {at: 5s, action: restore, link: s1-l1}   # rate, loss and MTU back
+      - {at: 0s, action: mtu, link: s1-l2, end: l2, mtu: 1500}   # l2's side only: a mismatch; bigger frames drop
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from testbed.spec.reroute import find_link
 from testbed.spec.topology import Topology
 from testbed.spec.units import parse_duration, parse_rate
 
-Action = Literal["down", "up", "flap", "degrade", "restore"]
-ACTIONS = ("down", "up", "flap", "degrade", "restore")
+Action = Literal["down", "up", "flap", "degrade", "restore", "mtu"]
+ACTIONS = ("down", "up", "flap", "degrade", "restore", "mtu")
 DETECTION_S = 0.1  # BFD's common 3 x 33 ms, rounded: what a routing protocol needs to notice a dead link
 
 
@@ -34,6 +35,8 @@ class LinkEvent:
     period_s: float = 1.0  # flap: one cycle (down for half of it)
     rate_bps: int | None = None  # degrade: the link's new rate, both directions
     loss: float | None = None  # degrade: random loss, both directions
+    end: str = ""  # mtu: the node whose side of the link changes
+    mtu: int | None = None  # mtu: its interface's new MTU (it drops received frames above it, as a switch port does)
 
     def steps(self) -> list[tuple[float, str]]:
         """(time after traffic starts, down|up|degrade|restore): a flap is ``count`` downs and ups."""
@@ -52,7 +55,10 @@ class LinkEvent:
 
 def parse_event(data: Any, path: str, topo: Topology) -> LinkEvent:
     check_keys(
-        data, {"at", "action", "link", "detection", "count", "period", "rate", "loss"}, path, {"at", "action", "link"}
+        data,
+        {"at", "action", "link", "detection", "count", "period", "rate", "loss", "end", "mtu"},
+        path,
+        {"at", "action", "link"},
     )
     action = cast(Action, choice(sub(path, "action"), data["action"], ACTIONS))
     link = data["link"]
@@ -61,10 +67,10 @@ def parse_event(data: Any, path: str, topo: Topology) -> LinkEvent:
     lk = find_link(topo, link, sub(path, "link"))
     if not (topo.nodes[lk.a].is_router and topo.nodes[lk.b].is_router):
         raise SpecError(sub(path, "link"), f"{link} is a host link: only links between switches fail here")
-    allowed = {"flap": {"count", "period"}, "degrade": {"rate", "loss"}}.get(action, set())
+    allowed = {"flap": {"count", "period"}, "degrade": {"rate", "loss"}, "mtu": {"end", "mtu"}}.get(action, set())
     if action in ("down", "up", "flap"):
         allowed |= {"detection"}
-    for key in ("detection", "count", "period", "rate", "loss"):
+    for key in ("detection", "count", "period", "rate", "loss", "end", "mtu"):
         if key in data and key not in allowed:
             raise SpecError(sub(path, key), f"not a setting of action {action}")
     ev = LinkEvent(
@@ -76,7 +82,11 @@ def parse_event(data: Any, path: str, topo: Topology) -> LinkEvent:
         period_s=unit(sub(path, "period"), parse_duration, data.get("period", 1.0)),
         rate_bps=int(unit(sub(path, "rate"), parse_rate, data["rate"])) if "rate" in data else None,
         loss=number(sub(path, "loss"), data["loss"], 0.0, 0.999) if "loss" in data else None,
+        end=str(data.get("end", "")),
+        mtu=integer(sub(path, "mtu"), data["mtu"], 68, 65535) if "mtu" in data else None,
     )
+    if action == "mtu" and (ev.mtu is None or ev.end not in (lk.a, lk.b)):
+        raise SpecError(path, f"an mtu event needs mtu and end (one of {lk.a}, {lk.b}: the side that changes)")
     if action == "degrade":
         if ev.rate_bps is None and ev.loss is None:
             raise SpecError(path, "a degrade needs a rate, a loss, or both")

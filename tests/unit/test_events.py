@@ -30,9 +30,11 @@ def test_events_parse_and_land_in_the_manifest() -> None:
             {"at": "4s", "action": "up", "link": "s1-l2"},
             {"at": "1s", "action": "degrade", "link": "s2-l1", "rate": "50Mbit", "loss": 0.001},
             {"at": "6s", "action": "restore", "link": "s2-l1"},
+            {"at": "0s", "action": "mtu", "link": "s1-l2", "end": "l2", "mtu": 1500},
         ]
     )
-    down, up, degrade, _ = s.events
+    down, up, degrade, _, mtu = s.events
+    assert (mtu.action, mtu.end, mtu.mtu) == ("mtu", "l2", 1500)
     assert down == LinkEvent(2.0, "down", "s1-l2", detection_s=0.05)  # named as the fabric names the link
     assert up.detection_s == 0.1 and degrade.rate_bps == 50_000_000 and degrade.loss == 0.001
     assert resolved(s)["events"][0]["link"] == "s1-l2"
@@ -63,6 +65,10 @@ def test_a_flap_is_downs_and_ups() -> None:
         ({"at": "12s", "action": "down", "link": "s1-l1"}, "events[0].at", "after the run's 10 s"),
         ({"at": "9s", "action": "flap", "link": "s1-l1", "count": 3}, "events[0].at", "ends at 11.5 s"),
         ({"action": "down", "link": "s1-l1"}, "events[0].at", "missing"),
+        ({"at": "0s", "action": "mtu", "link": "s1-l1", "mtu": 1500}, "events[0]", "needs mtu and end (one of s1, l1"),
+        ({"at": "0s", "action": "mtu", "link": "s1-l1", "end": "l2", "mtu": 1500}, "events[0]", "needs mtu and end"),
+        ({"at": "0s", "action": "mtu", "link": "s1-l1", "end": "l1", "mtu": 20}, "events[0].mtu", "must be in"),
+        ({"at": "0s", "action": "down", "link": "s1-l1", "mtu": 1500}, "events[0].mtu", "not a setting of action"),
     ],
 )
 def test_bad_events_get_one_line(event: dict[str, Any], where: str, reason: str) -> None:
