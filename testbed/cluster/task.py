@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from testbed.host import staging
+
 REPO = Path(__file__).resolve().parents[2]
 FABRIC = "fabric"  # the Dask resource: a worker has one, every point needs it, so a worker runs one point at a time
 METRIC = "testbed"  # the worker metric that carries its info (capabilities, calibration, revision) to the client
@@ -143,4 +145,6 @@ def run_point_task(task_json: str, cancel_event: str | None = None) -> dict[str,
         )
         return {"result": result, "records": records, "worker": _this_worker()}
     finally:
+        # a point interrupted while its sampler started can leave the sampler's stage; its run dies with scratch
+        staging.discard_under(scratch)
         shutil.rmtree(scratch, ignore_errors=True)

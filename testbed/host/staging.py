@@ -130,6 +130,18 @@ def owner(stage: Path) -> Path | None:
         return None
 
 
+def discard_under(root: Path, stage_root: Path | None = None) -> list[Path]:
+    """Remove every stage whose run directory lies under ``root`` (a directory about to be deleted whole, such as
+    a cluster point's scratch: its stages would outlive it with nowhere to be recovered into); the stages removed."""
+    gone = []
+    for stage in sorted((stage_root or STAGE_ROOT).glob(PREFIX + "*")):
+        out = owner(stage)
+        if out is not None and (out == root or root in out.parents):
+            shutil.rmtree(stage, ignore_errors=True)
+            gone.append(stage)
+    return gone
+
+
 def recover(stage: Path) -> str:
     """Move a dead run's stage into its run directory and note it in that record's manifest (``recovered``:
     the stage, the files, when). A stage with no run directory to go to is removed. Returns what was done."""

@@ -182,3 +182,19 @@ def test_a_stage_names_its_run_directory(tmp_path):
     st = staging.Stage(st.dir, out, "test")
     (st.dir / "queues.csv").write_text("rows")
     assert st.commit() == [] and not st.dir.exists() and sorted(p.name for p in out.iterdir()) == ["queues.csv"]
+
+
+def test_discard_under_removes_only_stages_of_runs_in_that_directory(tmp_path):
+    """CI24: a cluster point interrupted as its sampler started left /dev/shm/tbstage-* naming a run in the
+    point's scratch directory, which the task then deleted; `testbed clean` found the stage. The task now
+    discards the stages of its scratch's runs before deleting it, and only those."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    scratch, elsewhere = tmp_path / "tbpoint-x", tmp_path / "runs"
+    mine, theirs = shm / f"{staging.PREFIX}1-a", shm / f"{staging.PREFIX}2-b"
+    for stage, out in ((mine, scratch / "runs" / "20261205T000000Z-p"), (theirs, elsewhere / "20261205T000000Z-q")):
+        stage.mkdir()
+        (stage / staging.OWNER).write_text(str(out))
+        (stage / "queues.csv").write_text("t\n")
+    assert staging.discard_under(scratch, shm) == [mine]
+    assert not mine.exists() and theirs.exists()
