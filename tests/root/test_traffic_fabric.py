@@ -32,9 +32,13 @@ pytestmark = [
 
 FABRIC = {
     "topology": "spine-leaf",
-    "spines": 2,
+    # one spine (100 Mbit/s uplinks, 1:1): with two, ECMP hashed the all-to-all's 12 cross-leaf flows of a leaf
+    # over its uplinks by their ephemeral ports, and a 9:3 split put 9/8 S on one 50 Mbit/s uplink against the
+    # host link's 7/8 S: CI25 measured 1.255 x ideal (1.028 in an earlier run). The ideal assumes no collision.
+    "spines": 1,
     "leaves": 4,
     "hosts_per_leaf": 2,
+    "oversubscription": "1:1",
     # 1 MB egress buffers: with 300 KB the all-to-all's 7-flow incast drops and hits retransmission timeouts
     # (measured p50 1.32 x ideal with 4 channels); every other test here passes with 300 KB too
     "host_link": {"rate": "50Mbit", "buffer": "1MB", "mtu": 9000},
@@ -70,7 +74,7 @@ def tx_bytes(fab: Any, node: str) -> dict[str, int]:
 
 
 def spine_bytes(fab: Any) -> int:
-    return sum(sum(tx_bytes(fab, s).values()) for s in ("s1", "s2"))
+    return sum(sum(tx_bytes(fab, s).values()) for s in fab.topo.nodes if fab.topo.nodes[s].layer == "spine")
 
 
 def test_ring_allreduce_meets_ideal_and_is_not_cpu_bound(fab: Any, tmp_path: Path) -> None:
