@@ -28,6 +28,7 @@ from results.metrics import finish_run
 from results.progress import Progress
 from results.record import RunRecord, load_run
 from testbed.errors import TestbedError
+from testbed.fabric import pathbytes
 from testbed.fabric.build import Fabric, check_spec
 from testbed.failures import EventRunner, LinkFailures
 from testbed.host.capabilities import Capabilities
@@ -157,7 +158,12 @@ def run_point(
     scenario, record = _create_record(scenario, out, caps, retake_of)
     extra_cc = job_ccs(scenario.workload)
     return _record_point(
-        record, scenario, caps, lambda: Fabric(scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc)
+        record,
+        scenario,
+        caps,
+        lambda: Fabric(
+            scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc, path_bytes=scenario.telemetry.path_bytes
+        ),
     )
 
 
@@ -309,6 +315,7 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         flowlets = fab.read_flowlets()
         if flowlets is not None:
             record.set("flowlets", flowlets)
+        path_counts = fab.read_path_bytes()
         bpf_marks = fab.read_marks()
         if bpf_marks is not None:
             marks = record.table("marks")
@@ -321,8 +328,32 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         w = record.table(table)
         for row in rows:
             w.write(row)
+    _write_path_bytes(record, fab, path_counts, [*tables.get("flows", []), *tables.get("fct", [])])
     if event_errors:
         raise RuntimeError(f"a link event could not be applied: {event_errors[0]}")
+
+
+def _write_path_bytes(
+    record: RunRecord,
+    fab: Fabric,
+    counted: dict[str, dict[pathbytes.Key, pathbytes.Counted]] | None,
+    flows: list[dict[str, Any]],
+) -> None:
+    """Each flow's bytes per top-tier router (path_bytes.csv), and the manifest's ``path_bytes`` summary."""
+    if counted is None:
+        why = (
+            "telemetry.path_bytes is false"
+            if not fab.path_bytes
+            else "this machine lacks nftables (apt install nftables)"
+        )
+        record.set("path_bytes", {"status": f"not counted: {why}"})
+        return
+    hosts = fab.hosts
+    rows, summary = pathbytes.per_flow(counted, flows, lambda h: hosts[h].ip if h in hosts else h)
+    table = record.table("path_bytes")
+    for row in rows:
+        table.write(row)
+    record.set("path_bytes", {"status": "counted", **summary})
 
 
 def _link_events(record: RunRecord, scenario: Scenario, fab: Fabric) -> LinkFailures | None:

@@ -206,6 +206,7 @@ def source(cfg: dict[str, Any], index: int, out: Any) -> None:
     def one(fid: int, size: int) -> None:
         ts = time.time()
         s = _connect(ip, port, cc, deadline)
+        sport = s.getsockname()[1]
         s.settimeout(timeout)
         s.sendall(HDR.pack(fid, size))
         s.sendall(payload[:size])
@@ -214,7 +215,8 @@ def source(cfg: dict[str, Any], index: int, out: Any) -> None:
         te = time.time()
         s.close()
         with lock:
-            out.write(json.dumps({"type": "flow", "flow_id": fid, "size": size, "t_start": ts, "t_end": te}) + "\n")
+            rec = {"type": "flow", "flow_id": fid, "size": size, "t_start": ts, "t_end": te, "sport": sport}
+            out.write(json.dumps(rec) + "\n")
 
     if cfg["mode"] == "incast":
         ctl = _connect(ip, port + 1, None, deadline)

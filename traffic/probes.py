@@ -166,6 +166,9 @@ def parse_fct(raw_dir: Path, job: str) -> Rows:
                     "t_start": rec["t_start"],
                     "t_end": rec["t_end"],
                     "size_class": format_bytes(rec["size"]),
+                    "proto": "tcp",
+                    "sport": rec.get("sport"),
+                    "dport": cfg["port"],
                 }
             )
     rows.sort(key=lambda r: r["flow_id"])

@@ -21,7 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
-from testbed.fabric import tc
+from testbed.fabric import pathbytes, tc
 from testbed.fabric.flowlet import FlowletSet
 from testbed.fabric.routing import (
     downlinks,
@@ -102,6 +102,7 @@ class Fabric:
         caps: Capabilities | None = None,
         lock_wait: float = 0.0,
         extra_cc: frozenset[str] = frozenset(),
+        path_bytes: bool = True,
     ):
         self.spec = spec
         self.extra_cc = extra_cc  # congestion controls that jobs set per socket, beyond the hosts' default
@@ -114,6 +115,8 @@ class Fabric:
         self.procs = ProcessGroup(state_cb=self._record_pid)
         self.marking: dict[str, Any] = {}
         self.spray: dict[str, int] = {}  # node -> the ways it sprays over (ecmp.mode: spray)
+        self.path_bytes = path_bytes  # count each flow's bytes in the top-tier routers (testbed.fabric.pathbytes)
+        self.path_nodes: list[str] = []  # the routers that count them
         self.build_s = 0.0
         self._lock: RunLock | None = None
         self._net: Any = None  # the Mininet network (Mininet is untyped)
@@ -249,6 +252,10 @@ class Fabric:
         self._attach_markers()
         if spec.ecmp.mode in ("flowlet", "adaptive"):
             self._attach_flowlets()
+        if self.path_bytes and self.caps.has("nftables"):
+            self.path_nodes = pathbytes.top_tier(self.topo)
+            for name in self.path_nodes:
+                pathbytes.attach(self.netns(name))
 
     def _ports_by_node(self) -> dict[str, list[Port]]:
         out: dict[str, list[Port]] = {}
@@ -296,6 +303,13 @@ class Fabric:
             return None
         node = {self.netns(n): n for n in self.topo.nodes}
         return {node[ns]: c for ns, c in sorted(self._flowlets.read().items())}
+
+    def read_path_bytes(self) -> dict[str, dict[pathbytes.Key, pathbytes.Counted]] | None:
+        """Top-tier router -> its bytes per 5-tuple so far; None when nothing counted them (turned off, or no
+        nftables)."""
+        if not (self.path_bytes and self.caps.has("nftables")):
+            return None
+        return {name: pathbytes.read(self.netns(name)) for name in self.path_nodes}
 
     def _apply_delay(self) -> None:
         for i, p in enumerate(p for p in self.topo.ports() if p.link.delay_s > 0):

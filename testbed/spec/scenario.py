@@ -52,18 +52,20 @@ SCENARIO_KEYS = {
     "telemetry",
     "kernel",
 }
-TELEMETRY_KEYS = {"queue_hz", "link_hz", "cpu_hz", "bpf_queues", "slot_us"}
+TELEMETRY_KEYS = {"queue_hz", "link_hz", "cpu_hz", "bpf_queues", "slot_us", "path_bytes"}
 
 
 @dataclass(frozen=True)
 class TelemetrySpec:
-    """Sampler rates; ``bpf_queues``: also count every queue in the kernel (qslots.csv) in ``slot_us`` slots."""
+    """Sampler rates; ``bpf_queues``: also count every queue in the kernel (qslots.csv) in ``slot_us`` slots;
+    ``path_bytes``: count each flow's bytes in every spine or core (path_bytes.csv, testbed.fabric.pathbytes)."""
 
     queue_hz: float = 1000.0
     link_hz: float = 100.0
     cpu_hz: float = 10.0
     bpf_queues: bool = False
     slot_us: float = 100.0
+    path_bytes: bool = True
 
     @property
     def slot_ns(self) -> int:
@@ -82,6 +84,7 @@ class TelemetrySpec:
             number(sub(path, "cpu_hz"), data.get("cpu_hz", 10.0), 0.0, 100.0),
             boolean(sub(path, "bpf_queues"), data.get("bpf_queues", False)),
             number(sub(path, "slot_us"), data.get("slot_us", 100.0), 10.0, 1e6),
+            boolean(sub(path, "path_bytes"), data.get("path_bytes", True)),
         )
 
 

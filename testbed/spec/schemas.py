@@ -104,7 +104,10 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
         "one row per transport flow",
     ),
     "flow_samples": (("job", "flow_id", "t", "bytes", "cwnd", "rtt_us", "retrans"), "TCP_INFO samples per flow"),
-    "fct": (("job", "flow_id", "src", "dst", "size_bytes", "t_start", "t_end", "size_class"), "flow completion times"),
+    "fct": (
+        ("job", "flow_id", "src", "dst", "size_bytes", "t_start", "t_end", "size_class", "proto", "sport", "dport"),
+        "flow completion times",
+    ),
     "rtt": (("job", "src", "dst", "seq", "t_send", "rtt_s"), "latency probe samples (rtt_s empty when lost)"),
     "pipeline": (
         ("job", "iter", "stage", "microbatch", "phase", "op", "peer", "t_start", "t_end", "bytes"),
@@ -133,6 +136,10 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
         ("job", "train", "t_start", "t_end", "sent", "received", "ce", "ect", "out_of_order"),
         "scapy packet trains: what was sent and what arrived",
     ),
+    "path_bytes": (
+        ("job", "flow_id", "node", "bytes", "pkts"),
+        "each flow's IP bytes and packets through each top-tier router (spine or core) it crossed, counted there",
+    ),
     "marks": (("node", "dev", "impl", "marks", "ect_seen"), "ECN marker counters at the end of the run"),
     "events": (("t", "kind", "detail"), "lifecycle events"),
     "link_events": (
@@ -154,12 +161,13 @@ TEXT: dict[str, frozenset[str]] = {
     "steps": frozenset({"job", "op"}),
     "flows": frozenset({"job", "src", "dst", "proto", "path"}),
     "flow_samples": frozenset({"job"}),
-    "fct": frozenset({"job", "src", "dst", "size_class"}),
+    "fct": frozenset({"job", "src", "dst", "size_class", "proto"}),
     "rtt": frozenset({"job", "src", "dst"}),
     "pipeline": frozenset({"job", "phase", "op", "peer"}),
     "trace_ops": frozenset({"job", "rank", "name", "kind", "coll"}),
     "worker_cpu": frozenset({"job", "host"}),
     "trains": frozenset({"job"}),
+    "path_bytes": frozenset({"job", "node"}),
     "marks": frozenset({"node", "dev", "impl"}),
     "events": frozenset({"kind", "detail"}),
     "link_events": frozenset({"event", "link", "detail"}),

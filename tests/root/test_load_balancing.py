@@ -3,6 +3,7 @@ spraying splits the flow's bytes evenly over both spines, static hashing keeps i
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -53,6 +54,16 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict[str, Any], dict[str, Any], str
     return json.loads((run / "manifest.json").read_text()), json.loads((run / "summary.json").read_text()), path
 
 
+def _flow_spines(run: Path) -> tuple[int, dict[str, int]]:
+    """The one flow's payload bytes (flows.csv) and its IP bytes per spine as the spines counted them."""
+    with (run / "flows.csv").open() as f:
+        (flow,) = csv.DictReader(f)
+    with (run / "path_bytes.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["job"], r["flow_id"]) for r in rows} == {(flow["job"], flow["flow_id"])}, rows
+    return int(flow["bytes"]), {r["node"]: int(r["bytes"]) for r in rows}
+
+
 def test_spray_splits_one_flow_over_both_spines(tmp_path: Path) -> None:
     manifest, summary, path = _run(tmp_path, "spray")
     assert manifest["load_balancing"] == {"mode": "spray", "pick": "round-robin", "ways": {"l1": 2, "l2": 2}}
@@ -62,6 +73,13 @@ def test_spray_splits_one_flow_over_both_spines(tmp_path: Path) -> None:
     assert abs(spines["s1"] - spines["s2"]) < 0.1 * max(spines.values()), spines  # within 10%
     assert path == "l1h1>l1>s1|s2>l2>l2h1"
     assert summary["goodput_bps"] > 0.9 * 100e6 * 8946 / 9014
+    # path logging: the flow's own bytes, counted per spine, split within 10%
+    sent, per_spine = _flow_spines(_only_run(tmp_path / "spray"))
+    print(f"spray: the flow's {sent} B of payload, IP bytes per spine {per_spine}")
+    assert set(per_spine) == {"s1", "s2"}
+    assert abs(per_spine["s1"] - per_spine["s2"]) < 0.1 * max(per_spine.values()), per_spine
+    assert sent <= sum(per_spine.values()) < 1.05 * sent  # headers are 0.8% of a 9000 B frame
+    assert manifest["path_bytes"]["flows_seen"] == 1 and manifest["path_bytes"]["full"] == []
     # the same flow under static ECMP: one spine carries it (the other sees only the reverse path's ACKs at most)
     manifest, summary, path = _run(tmp_path, "static")
     assert manifest["load_balancing"]["mode"] == "static"
@@ -69,6 +87,15 @@ def test_spray_splits_one_flow_over_both_spines(tmp_path: Path) -> None:
     print(f"static: bytes per spine {spines}, path {path}")
     assert min(spines.values()) < 0.05 * max(spines.values()), spines
     assert "|" not in path
+    sent, per_spine = _flow_spines(_only_run(tmp_path / "static"))
+    print(f"static: the flow's {sent} B of payload, IP bytes per spine {per_spine}")
+    assert list(per_spine) == [path.split(">")[2]], per_spine  # one spine: the predicted one
+    assert sent <= per_spine[path.split(">")[2]] < 1.05 * sent
+
+
+def _only_run(out: Path) -> Path:
+    (run,) = [p.parent for p in out.glob("*/manifest.json")]
+    return run
 
 
 FLOWLET = """\
