@@ -193,8 +193,9 @@ class EventRunner:
 
     def __init__(self, failures: LinkFailures, events: tuple[LinkEvent, ...], t0: float):
         self.failures = failures
+        links = [find_link(failures.topo, ev.link, "events") for ev in events]  # checked before the run built
         self.steps = sorted(
-            ((t0 + at, i, action, ev) for i, ev in enumerate(events) for at, action in ev.steps()),
+            ((t0 + at, i, action, ev, links[i]) for i, ev in enumerate(events) for at, action in ev.steps()),
             key=lambda s: (s[0], s[1]),
         )
         self.errors: list[str] = []
@@ -204,10 +205,9 @@ class EventRunner:
 
     def _run(self) -> None:
         f = self.failures
-        for t, _, action, ev in self.steps:
+        for t, _, action, ev, link in self.steps:
             if self._stop.wait(max(0.0, t - time.time())):
                 return
-            link = find_link(f.topo, ev.link, "events")
             try:
                 if action == "down":
                     f.down(link, ev.detection_s)

@@ -117,6 +117,7 @@ class Fabric:
         self.spray: dict[str, int] = {}  # node -> the ways it sprays over (ecmp.mode: spray)
         self.path_bytes = path_bytes  # count each flow's bytes in the top-tier routers (testbed.fabric.pathbytes)
         self.path_nodes: list[str] = []  # the routers that count them
+        self._ports: dict[str, list[Port]] = {}  # node -> its egress ports (set when configured)
         self.build_s = 0.0
         self._lock: RunLock | None = None
         self._net: Any = None  # the Mininet network (Mininet is untyped)
@@ -212,7 +213,7 @@ class Fabric:
 
     def _configure(self) -> None:
         spec = self.spec
-        ports_by_node = self._ports_by_node()
+        ports_by_node = self._ports = self._ports_by_node()
         leaf = self._leaf_builder()
         rsys = router_sysctls(spec.ecmp, bool(self.caps.ecmp_hash_seed))
         self._prepare_transport()
@@ -266,7 +267,7 @@ class Fabric:
     def _way_tables(self) -> None:
         """The rules and way tables of per-packet or per-flowlet next hops at every node with ECMP routes
         (testbed.fabric.routing); spraying's nftables marks."""
-        ports_by_node = self._ports_by_node()
+        ports_by_node = self._ports
         for name, routes in self.topo.routes.items():
             ways = spray_ways(routes)
             if not ways:
@@ -285,7 +286,7 @@ class Fabric:
         pick = str(self.load_balancing["pick"])
         flowlets = self._flowlets = FlowletSet(self.prefix, DEFAULT_OUT)
         self.state.add("bpf_pins", str(flowlets.root))
-        ports_by_node = self._ports_by_node()
+        ports_by_node = self._ports
         for name, ways in self.spray.items():
             routes, ports = self.topo.routes[name], ports_by_node[name]
             down = downlinks(routes, ports)

@@ -20,6 +20,7 @@ import json
 import math
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from testbed.spec.link import EcmpSpec
@@ -54,9 +55,7 @@ def spray_commands(routes: list[Route], ports: list[Port]) -> list[str]:
         for p in ports:
             net = ipaddress.ip_interface(f"{p.addr}/{p.prefixlen}").network
             lines.append(f"route replace {net} dev {p.dev} scope link table {table}")
-        for r in routes:
-            gw, dev = r.nexthops[(k - 1) % len(r.nexthops)]
-            lines.append(f"route replace {r.dst} via {gw} dev {dev} table {table}")
+        lines += [replace(r, nexthops=(r.nexthops[(k - 1) % len(r.nexthops)],)).command(table) for r in routes]
     return lines
 
 

@@ -102,13 +102,14 @@ class Route:
     dst: str
     nexthops: tuple[tuple[str, str], ...]
 
-    def command(self) -> str:
-        """Its ``ip -batch`` line."""
+    def command(self, table: int | None = None) -> str:
+        """Its ``ip -batch`` line (in routing table ``table``, or the main table)."""
+        where = f" table {table}" if table is not None else ""
         if len(self.nexthops) == 1:
             gw, dev = self.nexthops[0]
-            return f"route replace {self.dst} via {gw} dev {dev}"
+            return f"route replace {self.dst} via {gw} dev {dev}{where}"
         hops = " ".join(f"nexthop via {gw} dev {dev} weight 1" for gw, dev in self.nexthops)
-        return f"route replace {self.dst} {hops}"
+        return f"route replace {self.dst} {hops}{where}"
 
 
 class Topology:
