@@ -1,4 +1,4 @@
-"""What the cleanup and chaos tests share: a harness run to kill, its staged rows, processes in other namespaces."""
+"""What the root tests share: a harness run to its end or to kill, its staged rows, processes in other namespaces."""
 
 from __future__ import annotations
 
@@ -45,3 +45,17 @@ def harness_run(scenario: Path, out: Path) -> Iterator[subprocess.Popen[bytes]]:
 def staged_rows(pid: int) -> int:
     """Rows the harness ``pid`` has flushed into its sampler stage's queues.csv (0 when none yet)."""
     return sum(f.read_bytes().count(b"\n") for f in Path("/dev/shm").glob(f"tbstage-{pid}-*/queues.csv"))
+
+
+def run_one(scenario: Path, out: Path, timeout: float = 300) -> Path:
+    """`testbed run SCENARIO -o OUT --no-report` to its end; the one record it wrote (the output tails if it failed)."""
+    cp = subprocess.run(
+        ["/usr/bin/python3", "-m", "testbed", "run", str(scenario), "-o", str(out), "--no-report"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    (run,) = [p.parent for p in out.glob("*/manifest.json")]
+    return run

@@ -6,14 +6,14 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.root.hoststate import run_one
+
 pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc)")]
-REPO = Path(__file__).resolve().parents[2]
 SCENARIO = """\
 name: spray-{mode}
 description: one iperf3 flow over 2 spines, ecmp.mode {mode} (tests/root/test_load_balancing.py)
@@ -34,24 +34,15 @@ def _record(tmp_path: Path, name: str, text: str) -> Path:
     """Run a scenario text with `testbed run`; its one record."""
     scenario = tmp_path / f"{name}.yaml"
     scenario.write_text(text)
-    out = tmp_path / name
-    cp = subprocess.run(
-        ["/usr/bin/python3", "-m", "testbed", "run", str(scenario), "-o", str(out), "--no-report"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    (run,) = [p.parent for p in out.glob("*/manifest.json")]
-    return run
+    return run_one(scenario, tmp_path / name)
 
 
-def _run(tmp_path: Path, mode: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+def _run(tmp_path: Path, mode: str) -> tuple[dict[str, Any], dict[str, Any], str, Path]:
     run = _record(tmp_path, mode, SCENARIO.format(mode=mode))
     flows = (run / "flows.csv").read_text().splitlines()
     path = flows[1].split(",")[flows[0].split(",").index("path")]
-    return json.loads((run / "manifest.json").read_text()), json.loads((run / "summary.json").read_text()), path
+    manifest, summary = (json.loads((run / f"{n}.json").read_text()) for n in ("manifest", "summary"))
+    return manifest, summary, path, run
 
 
 def _flow_spines(run: Path) -> tuple[int, dict[str, int]]:
@@ -65,7 +56,7 @@ def _flow_spines(run: Path) -> tuple[int, dict[str, int]]:
 
 
 def test_spray_splits_one_flow_over_both_spines(tmp_path: Path) -> None:
-    manifest, summary, path = _run(tmp_path, "spray")
+    manifest, summary, path, run = _run(tmp_path, "spray")
     assert manifest["load_balancing"] == {"mode": "spray", "pick": "round-robin", "ways": {"l1": 2, "l2": 2}}
     spines = summary["bytes_per_spine"]
     print(f"spray: bytes per spine {spines}, goodput {summary['goodput_bps'] / 1e6:.1f} Mbit/s, path {path}")
@@ -74,28 +65,23 @@ def test_spray_splits_one_flow_over_both_spines(tmp_path: Path) -> None:
     assert path == "l1h1>l1>s1|s2>l2>l2h1"
     assert summary["goodput_bps"] > 0.9 * 100e6 * 8946 / 9014
     # path logging: the flow's own bytes, counted per spine, split within 10%
-    sent, per_spine = _flow_spines(_only_run(tmp_path / "spray"))
+    sent, per_spine = _flow_spines(run)
     print(f"spray: the flow's {sent} B of payload, IP bytes per spine {per_spine}")
     assert set(per_spine) == {"s1", "s2"}
     assert abs(per_spine["s1"] - per_spine["s2"]) < 0.1 * max(per_spine.values()), per_spine
     assert sent <= sum(per_spine.values()) < 1.05 * sent  # headers are 0.8% of a 9000 B frame
     assert manifest["path_bytes"]["flows_seen"] == 1 and manifest["path_bytes"]["full"] == []
     # the same flow under static ECMP: one spine carries it (the other sees only the reverse path's ACKs at most)
-    manifest, summary, path = _run(tmp_path, "static")
+    manifest, summary, path, run = _run(tmp_path, "static")
     assert manifest["load_balancing"]["mode"] == "static"
     spines = summary["bytes_per_spine"]
     print(f"static: bytes per spine {spines}, path {path}")
     assert min(spines.values()) < 0.05 * max(spines.values()), spines
     assert "|" not in path
-    sent, per_spine = _flow_spines(_only_run(tmp_path / "static"))
+    sent, per_spine = _flow_spines(run)
     print(f"static: the flow's {sent} B of payload, IP bytes per spine {per_spine}")
     assert list(per_spine) == [path.split(">")[2]], per_spine  # one spine: the predicted one
     assert sent <= per_spine[path.split(">")[2]] < 1.05 * sent
-
-
-def _only_run(out: Path) -> Path:
-    (run,) = [p.parent for p in out.glob("*/manifest.json")]
-    return run
 
 
 FLOWLET = """\

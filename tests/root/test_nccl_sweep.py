@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.root.hoststate import run_one
+
 pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc)")]
 REPO = Path(__file__).resolve().parents[2]
 SWEEP = """\
@@ -33,15 +35,7 @@ telemetry: {queue_hz: 100}
 def test_ring_sweep_table(tmp_path: Path) -> None:
     scenario = tmp_path / "sweep.yaml"
     scenario.write_text(SWEEP)
-    cp = subprocess.run(
-        ["/usr/bin/python3", "-m", "testbed", "run", str(scenario), "-o", str(tmp_path / "runs"), "--no-report"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    (run,) = [p.parent for p in (tmp_path / "runs").glob("*/manifest.json")]
+    run = run_one(scenario, tmp_path / "runs")
     table = json.loads((run / "summary.json").read_text())["nccl_tests"]["sweep"]
     rows = table["rows"]
     assert [r["size"] for r in rows] == [8192 << i for i in range(12)]

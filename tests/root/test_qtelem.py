@@ -22,6 +22,7 @@ from bench.benchnet import LineNet, line_net
 from testbed.host.procs import ProcessGroup
 from testbed.telemetry.netns import run_in_netns
 from testbed.telemetry.qtelem import COMPAT_OBJECT, GROUP_BASE, OBJECT, QtPort, QueueTelemetry
+from tests.root.hoststate import run_one
 from tests.waiting import wait_listening, wait_until
 
 pytestmark = [
@@ -194,15 +195,7 @@ def test_a_run_with_bpf_queues_records_its_slots(tmp_path: Path) -> None:
 
     scenario = tmp_path / "small.yaml"
     scenario.write_text(SMALL_BPF)
-    cp = subprocess.run(
-        ["/usr/bin/python3", "-m", "testbed", "run", str(scenario), "-o", str(tmp_path / "runs"), "--no-report"],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    (run,) = [p.parent for p in (tmp_path / "runs").glob("*/manifest.json")]
+    run = run_one(scenario, tmp_path / "runs", timeout=180)
     manifest = json.loads((run / "manifest.json").read_text())
     health = manifest["qtelem_health"]
     assert health["lost_slots"] == 0 and health["slot_us"] == 100.0

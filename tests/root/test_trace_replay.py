@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.root.hoststate import run_one
+
 pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc)")]
 pytest.importorskip("chakra.schema.protobuf.et_def_pb2", reason="mlc-chakra is not installed (./setup.sh)")
-REPO = Path(__file__).resolve().parents[2]
 SCENARIO = """\
 name: trace-allreduce
 description: a 4-rank Chakra all-reduce trace of 1 MB (tests/root/test_trace_replay.py)
@@ -36,13 +36,7 @@ def test_chakra_allreduce_near_the_ideal_ring(tmp_path: Path) -> None:
         tmp_path / "ar", [[_node(7, et.COMM_COLL_NODE, "grad_ar", comm_type=et.ALL_REDUCE, comm_size=1_000_000)]] * 4
     )
     (tmp_path / "trace.yaml").write_text(SCENARIO)
-    cp = subprocess.run(
-        ["/usr/bin/python3", "-m", "testbed", "run", str(tmp_path / "trace.yaml"), "-o", str(tmp_path / "runs"),
-         "--no-report"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    (run,) = [p.parent for p in (tmp_path / "runs").glob("*/manifest.json")]
+    run = run_one(tmp_path / "trace.yaml", tmp_path / "runs")
     summary = json.loads((run / "summary.json").read_text())
     print("measured / ideal", summary["measured_over_ideal"], "iterations", summary["coll_iters_n"])
     assert summary["coll_iters_n"] == 5
