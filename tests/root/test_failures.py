@@ -60,6 +60,21 @@ def _wait(what: str, cond: Callable[[], bool], timeout: float = 20.0) -> None:
         time.sleep(0.01)
 
 
+def _rtnl_quiet(netns: str, ops: int = 20, limit_s: float = 0.002) -> bool:
+    """Whether ``ops`` netlink link changes in ``netns`` each took under ``limit_s``. The kernel destroys a torn-down
+    fabric's namespaces after the teardown returns, holding the one RTNL lock of the host for up to tens of ms at a
+    time; a reroute landing then would be late by that wait (one took 37 ms after an earlier test's teardown here)."""
+    from pyroute2 import NetNS
+
+    with NetNS(netns) as ipr:
+        for _ in range(ops):
+            t0 = time.perf_counter()
+            ipr.link("set", index=1, state="up")
+            if time.perf_counter() - t0 >= limit_s:
+                return False
+    return True
+
+
 def _arrivals(path: Path) -> list[str]:
     return [ln for ln in path.read_text().splitlines() if ln.strip()]
 
@@ -128,12 +143,14 @@ def test_spine_link_down_then_up_reroutes_and_restores(tmp_path: Path) -> None:
                 )
             )
             _wait("200 probes", lambda: len(_arrivals(recv_file)) >= 200)
+            _wait("rtnl quiet", lambda: _rtnl_quiet(fab.netns("l1")), timeout=60)
             failures.down(link)
             _wait("the reroute", lambda: any(e["event"] == "rerouted" for e in log))
             n = len(_arrivals(recv_file))
             _wait("200 probes after it", lambda: len(_arrivals(recv_file)) >= n + 200)
             around = fab.predict_path("l1h1", "l2h1", "udp", SPORT, DPORT)
             routes_down = _routes(fab, "l1")
+            _wait("rtnl quiet", lambda: _rtnl_quiet(fab.netns("l1")), timeout=60)
             failures.up(link)
             _wait("the restore", lambda: sum(e["event"] == "rerouted" for e in log) == 2)
             n = len(_arrivals(recv_file))
