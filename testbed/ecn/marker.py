@@ -7,14 +7,13 @@ One program instance per port (its own config and per-CPU counter maps), pinned 
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.ecn import bpfsys
 from testbed.ecn.errors import EcnError
-from testbed.ecn.sysrun import BPFFS, ensure_bpffs, run, tool
+from testbed.ecn.sysrun import BPFFS, detach_tc, ensure_bpffs, remove_empty, run, tool, unpin
 from testbed.spec.link import LinkSpec, Marking
 
 CFG = struct.Struct("<IIII")  # mode, low, high, pmax (struct marker_cfg)
@@ -156,16 +155,11 @@ class MarkerSet:
         return out
 
     def _detach(self, port: _Port) -> None:
-        if port.clsact_ours and Path("/run/netns", port.netns).exists():
-            run(["tc", "qdisc", "del", "dev", port.dev, "clsact"], port.netns, check=False)
-        if port.stats_fd >= 0:
-            os.close(port.stats_fd)
-            port.stats_fd = -1
-        shutil.rmtree(port.pin_dir, ignore_errors=True)  # unlinking bpffs pins is plain unlink/rmdir
+        detach_tc(port.netns, port.dev, "egress", FILTER_PRIO, port.clsact_ours)
+        port.stats_fd = unpin(port.stats_fd, port.pin_dir)
         self._ports.pop((port.netns, port.dev), None)
 
     def close(self) -> None:
         for port in list(self._ports.values()):
             self._detach(port)
-        if self.root.exists() and not any(self.root.iterdir()):
-            self.root.rmdir()
+        remove_empty(self.root)

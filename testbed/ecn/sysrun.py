@@ -6,6 +6,7 @@ Commands in a namespace run under ``nsenter --net=/run/netns/NAME``: it switches
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -68,3 +69,29 @@ def sysctl_write(key: str, value: str, netns: str | None = None) -> None:
             raise EcnError(f"cannot set {key}={value!r}: {exc}") from None
         return
     run(["sysctl", "-qw", f"{key}={value}"], netns)
+
+
+def detach_tc(netns: str, dev: str, hook: str, prio: str, clsact_ours: bool) -> None:
+    """Undo a pinned program's tc attach: the clsact qdisc if this run added it, else only the program's filter
+    (nothing once the namespace is gone: its devices went with it)."""
+    if not Path("/run/netns", netns).exists():
+        return
+    if clsact_ours:
+        run(["tc", "qdisc", "del", "dev", dev, "clsact"], netns, check=False)
+    else:
+        run(["tc", "filter", "del", "dev", dev, hook, "prio", prio], netns, check=False)
+
+
+def unpin(fd: int, pin_dir: Path) -> int:
+    """Close a map fd (if open) and remove its pins (unlinking bpffs pins is plain unlink/rmdir); returns -1."""
+    if fd >= 0:
+        os.close(fd)
+    shutil.rmtree(pin_dir, ignore_errors=True)
+    return -1
+
+
+def remove_empty(*dirs: Path) -> None:
+    """Remove each directory, in order, that exists and is empty (a run's pin root, then its parent)."""
+    for d in dirs:
+        if d.exists() and not any(d.iterdir()):
+            d.rmdir()

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.ecn import bpfsys
 from testbed.ecn.errors import EcnError
-from testbed.ecn.sysrun import BPFFS, ensure_bpffs, run, tool
+from testbed.ecn.sysrun import BPFFS, detach_tc, ensure_bpffs, remove_empty, run, tool, unpin
 
 CFG = struct.Struct("<QII")  # gap_ns, ways, pick (struct flowlet_cfg)
 PICKS = {"round-robin": 0, "random": 1, "least-queued": 2}
@@ -111,21 +110,12 @@ class FlowletSet:
         return out
 
     def _detach(self, node: _Node) -> None:
-        if Path("/run/netns", node.netns).exists():
-            for dev, hook, ours in node.devs:
-                if ours:
-                    run(["tc", "qdisc", "del", "dev", dev, "clsact"], node.netns, check=False)
-                else:
-                    run(["tc", "filter", "del", "dev", dev, hook, "prio", "1"], node.netns, check=False)
-        if node.stats_fd >= 0:
-            os.close(node.stats_fd)
-            node.stats_fd = -1
-        shutil.rmtree(node.pin_dir, ignore_errors=True)
+        for dev, hook, ours in node.devs:
+            detach_tc(node.netns, dev, hook, "1", ours)
+        node.stats_fd = unpin(node.stats_fd, node.pin_dir)
         self._nodes.pop(node.netns, None)
 
     def close(self) -> None:
         for node in list(self._nodes.values()):
             self._detach(node)
-        for d in (self.root, self.root.parent):
-            if d.exists() and not any(d.iterdir()):
-                d.rmdir()
+        remove_empty(self.root, self.root.parent)
