@@ -28,7 +28,7 @@ from results.metrics import finish_run
 from results.progress import Progress
 from results.record import RunRecord, load_run
 from testbed.errors import TestbedError
-from testbed.fabric import pathbytes
+from testbed.fabric import pathbytes, tc
 from testbed.fabric.build import Fabric, check_spec
 from testbed.failures import EventRunner, LinkFailures
 from testbed.host.capabilities import Capabilities
@@ -121,7 +121,8 @@ def _sampler_ports(fab: Fabric) -> list[Any]:
     for p in fab.ports():
         ns = fab.netns(p.node)
         mm = marks_map_path(fab.prefix, ns, p.dev) if bpf.get(p.name) == "bpf" else None
-        refs.append(PortRef(ns, p.dev, node=p.node, marks_map=mm))
+        leaf = tc.ROOT_HANDLE if p.link.classes else tc.LEAF_HANDLE  # with classes: HTB's root holds them all
+        refs.append(PortRef(ns, p.dev, leaf=leaf, node=p.node, marks_map=mm))
     return refs
 
 
@@ -316,6 +317,11 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         if flowlets is not None:
             record.set("flowlets", flowlets)
         path_counts = fab.read_path_bytes()
+        class_rows = fab.read_classes()
+        if class_rows:
+            class_table = record.table("classes")
+            for row in class_rows:
+                class_table.write(row)
         bpf_marks = fab.read_marks()
         if bpf_marks is not None:
             marks = record.table("marks")
@@ -389,6 +395,12 @@ def preflight(point: Scenario, caps: Capabilities, budget: bool = True) -> None:
         bounds.check_time(point.workload, topo, point.duration_s)
         if point.telemetry.bpf_queues:
             check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(topo.ports()))
+            if any(p.link.classes for p in topo.ports()):
+                raise SpecError(
+                    "telemetry.bpf_queues",
+                    "the kernel queue telemetry counts one queue per port; ports with traffic classes have one per "
+                    "class: use the poller (leave bpf_queues out), whose rows hold each port's total",
+                )
         if budget:
             pf_budget.require_budget(point, caps)
     except SpecError:

@@ -59,6 +59,11 @@ class RunContext:
         return self.host_link.payload_rate_bps / 8
 
 
+def tos_of(dscp: int | None) -> int | None:
+    """The IP TOS byte for a job's ``dscp`` (ECN bits left to the stack); None for none or DSCP 0."""
+    return dscp << 2 if dscp else None
+
+
 class Generator(Protocol):
     name: str
 

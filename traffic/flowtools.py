@@ -27,10 +27,12 @@ HDR = struct.Struct("!IQ")  # flow id, size
 PROBE = struct.Struct("!Id")  # seq, t_send
 
 
-def _tune(sock: socket.socket, cc: str | None) -> None:
+def _tune(sock: socket.socket, cc: str | None, tos: int | None = None) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if cc:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+    if tos:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
 
 
 def _recv_exact(sock: socket.socket, buf: memoryview) -> None:
@@ -42,10 +44,10 @@ def _recv_exact(sock: socket.socket, buf: memoryview) -> None:
         got += k
 
 
-def _connect(ip: str, port: int, cc: str | None, deadline: float) -> socket.socket:
+def _connect(ip: str, port: int, cc: str | None, deadline: float, tos: int | None = None) -> socket.socket:
     while True:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        _tune(s, cc)
+        _tune(s, cc, tos)
         s.settimeout(2.0)
         try:
             s.connect((ip, port))
@@ -61,6 +63,8 @@ def echo(cfg: dict[str, Any], ip: str) -> None:
     port, size = cfg["port"], cfg["size"]
     if cfg["proto"] == "udp":
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if cfg.get("tos"):
+            u.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["tos"])
         u.bind((ip, port))
         while True:
             data, addr = u.recvfrom(65536)
@@ -104,10 +108,12 @@ def probe(cfg: dict[str, Any], out: Any) -> None:
     udp = cfg["proto"] == "udp"
     if udp:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if cfg.get("tos"):
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["tos"])
         s.connect((cfg["dst_ip"], cfg["port"]))
         _await_udp_echo(s, time.time() + 10)
     else:
-        s = _connect(cfg["dst_ip"], cfg["port"], cfg.get("cc"), time.time() + 10)
+        s = _connect(cfg["dst_ip"], cfg["port"], cfg.get("cc"), time.time() + 10, cfg.get("tos"))
         s.settimeout(5.0)
     buf = bytearray(max(size, PROBE.size))
     view = memoryview(buf)
@@ -205,7 +211,7 @@ def source(cfg: dict[str, Any], index: int, out: Any) -> None:
 
     def one(fid: int, size: int) -> None:
         ts = time.time()
-        s = _connect(ip, port, cc, deadline)
+        s = _connect(ip, port, cc, deadline, cfg.get("tos"))
         sport = s.getsockname()[1]
         s.settimeout(timeout)
         s.sendall(HDR.pack(fid, size))

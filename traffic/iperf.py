@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.spec.workload import IperfJob
-from traffic.base import GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host
+from traffic.base import GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, tos_of
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
@@ -86,6 +86,9 @@ class IperfGenerator(ProcGenerator):
             argv += ["-b", str(s.rate_bps)]
         if cc and s.proto == "tcp":
             argv += ["-C", cc]
+        tos = tos_of(s.dscp)
+        if tos:  # the server's ACKs carry it too: hosts set tcp_reflect_tos
+            argv += ["-S", str(tos)]
         return argv
 
     def start(self, ctx: RunContext) -> None:

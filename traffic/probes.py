@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from testbed.spec.units import format_bytes
 from testbed.spec.workload import RttProbeJob, ShortFlowsJob
-from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
+from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl, tos_of
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
@@ -45,6 +45,7 @@ class RttProbeGenerator(ProcGenerator):
                     "duration": s.duration,
                     "proto": s.proto,
                     "cc": ctx.kernel_cc(s.cc),
+                    "tos": tos_of(s.dscp),
                 }
             )
         cfg = {
@@ -53,6 +54,7 @@ class RttProbeGenerator(ProcGenerator):
             "size": s.size,
             "proto": s.proto,
             "cc": ctx.kernel_cc(s.cc),
+            "tos": tos_of(s.dscp),
             "probes": probes,
             "out": str(ctx.raw_dir / f"{s.name}.probe{{index}}.jsonl"),
         }
@@ -125,6 +127,7 @@ class ShortFlowsGenerator(ProcGenerator):
             "dst": recv.name,
             "dst_ip": recv.ip,
             "cc": ctx.kernel_cc(s.cc),
+            "tos": tos_of(s.dscp),
             "senders": len(senders),
             "sender_names": [h.name for h in senders],
             "rounds": s.count,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.spec.topology import HostInfo
 from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, StepJob
 from traffic import formulas
-from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl
+from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl, tos_of
 from traffic.trace_job import trace_config, trace_ops
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class RankedGenerator(ProcGenerator):
             "compute_gap": s.compute_gap,
             "timeout": s.timeout,
             "cc": ctx.kernel_cc(s.cc),
+            "tos": tos_of(s.dscp),
             "payload_Bps": ctx.payload_Bps,
             "out": str(ctx.raw_dir / f"{s.name}.rank{{rank}}.jsonl"),
         }

@@ -46,7 +46,7 @@ def build_frames(cfg: dict[str, Any], src_mac: str, dst_mac: str) -> list[bytes]
     pad = b"\x00" * max(0, cfg["size"] - head)
     frames = []
     for seq in range(n):
-        ip = IP(src=cfg["src_ip"], dst=cfg["dst_ip"], tos=ECN[cfg["ecn"]], ttl=64)
+        ip = IP(src=cfg["src_ip"], dst=cfg["dst_ip"], tos=cfg.get("dscp", 0) << 2 | ECN[cfg["ecn"]], ttl=64)
         if roce:
             l4 = UDP(sport=49152 + cfg["qpn"] % 16384, dport=ROCE_PORT) / BTH(opcode=4, dqpn=cfg["qpn"], psn=seq) / pad
         else:
@@ -171,6 +171,7 @@ class ScapyTrainGenerator(ProcGenerator):
             "gap": s.gap,
             "payload": s.payload,
             "ecn": s.ecn,
+            "dscp": s.dscp or 0,
             "qpn": 100 + self.index,
             "capture": s.capture,
             "timeout": self.timeout,

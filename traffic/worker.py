@@ -77,8 +77,10 @@ def build_schedule(cfg: dict[str, Any], size: int | None = None) -> Schedule:
 TCP_NOTSENT_LOWAT = 25  # socket.TCP_NOTSENT_LOWAT is missing from Python 3.11's socket module
 
 
-def _tune(sock: socket.socket, cc: str | None, lowat: int | None = None) -> None:
+def _tune(sock: socket.socket, cc: str | None, lowat: int | None = None, tos: int | None = None) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if tos:  # both ends set it: each direction's packets carry the job's DSCP
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     if lowat:  # sendall returns once at most this much is unsent, so a "sent" token means nearly on the wire
         sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, lowat)
     if cc:
@@ -100,6 +102,7 @@ def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: flo
     """One TCP connection per peer id (``rank + n x channel``): connect to higher ranks' listeners, accept lower
     ones (each says its rank and channel)."""
     hosts, port, cc, lowat = cfg["hosts"], cfg["port"], cfg.get("cc"), cfg.get("notsent_lowat")
+    tos = cfg.get("tos")
     n = len(hosts)
     lst = socket.create_server((hosts[rank]["ip"], hosts[rank].get("port", port)), backlog=256)
     lst.settimeout(max(0.1, deadline - time.time()))
@@ -109,7 +112,7 @@ def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: flo
         while True:
             try:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                _tune(s, cc, lowat)
+                _tune(s, cc, lowat, tos)
                 s.settimeout(1.0)
                 s.connect((hosts[p]["ip"], hosts[p].get("port", port)))
                 break
@@ -123,7 +126,7 @@ def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: flo
     need = {x for x in peers if x % n < rank}
     while need:
         s, _ = lst.accept()
-        _tune(s, cc, lowat)
+        _tune(s, cc, lowat, tos)
         s.settimeout(max(0.1, deadline - time.time()))
         r, ch = struct.unpack("!II", _recv_exact(s, 8))
         socks[r + n * ch] = s

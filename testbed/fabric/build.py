@@ -21,7 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
-from testbed.fabric import pathbytes, tc
+from testbed.fabric import classstats, pathbytes, tc
 from testbed.fabric.flowlet import FlowletSet
 from testbed.fabric.routing import (
     downlinks,
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 HOST_SYSCTLS = {
     "net.ipv4.tcp_no_metrics_save": "1",  # no cached ssthresh/cwnd carried from one iteration's flow to the next
+    "net.ipv4.tcp_reflect_tos": "1",  # a server answers with its client's DSCP: both directions in one class
     "net.ipv6.conf.all.disable_ipv6": "1",
     "net.ipv6.conf.default.disable_ipv6": "1",
 }
@@ -84,9 +85,27 @@ def check_spec(spec: FabricSpec, caps: Capabilities) -> Topology:
         except ImportError as exc:
             raise CapabilityError(f"ECN marking / DCTCP need testbed.ecn, which failed to import: {exc}") from exc
         for p in ports:
-            if p.link.marking.mode != "off":
+            if p.link.marking.mode != "off" and not p.link.classes:
                 ecn.choose_impl(p.link.marking, caps)
+    _check_class_marking(ports, caps)
     return topo
+
+
+def _check_class_marking(ports: list[Port], caps: Capabilities) -> None:
+    """A traffic class marks ECN on its own queue, which only kernel RED as the class's leaf can do here: the eBPF
+    marker sits before the qdisc and reads the port's whole backlog."""
+    for p in ports:
+        for c in p.link.classes:
+            m = p.link.class_marking(c)
+            if m.mode == "off":
+                continue
+            if m.impl == "bpf" or not caps.ecn.sch_red:
+                why = "ecn impl 'bpf' was asked for" if m.impl == "bpf" else "this kernel lacks sch_red"
+                raise CapabilityError(
+                    f"port {p.name} class {c.name}: per-class ECN marking needs kernel RED (sch_red) as the class's "
+                    f"queue, and {why} (the eBPF marker reads the port's whole queue, not the class's): run in the "
+                    "guest kernel mode (python3 -m testbed vm), or leave ecn off in classes"
+                )
 
 
 class Fabric:
@@ -305,6 +324,10 @@ class Fabric:
         node = {self.netns(n): n for n in self.topo.nodes}
         return {node[ns]: c for ns, c in sorted(self._flowlets.read().items())}
 
+    def read_classes(self) -> list[dict[str, Any]]:
+        """classes.csv rows: every traffic class of every port with classes, its counters now."""
+        return [row for p in self.topo.ports() if p.link.classes for row in classstats.read(self.netns(p.node), p)]
+
     def read_path_bytes(self) -> dict[str, dict[pathbytes.Key, pathbytes.Counted]] | None:
         """Top-tier router -> its bytes per 5-tuple so far; None when nothing counted them (turned off, or no
         nftables)."""
@@ -322,12 +345,14 @@ class Fabric:
 
     # --- ECN marking and congestion control (testbed.ecn) -------------------------------------------------------
     def _leaf_builder(self) -> Callable[[Any], list[str]]:
-        marked = [p for p in self.topo.ports() if p.link.marking.mode != "off"]
-        if not marked:
+        marked = [p for p in self.topo.ports() if p.link.marking.mode != "off" and not p.link.classes]
+        classed = [p for p in self.topo.ports() if any(p.link.class_marking(c).mode != "off" for c in p.link.classes)]
+        if not marked and not classed:
             return tc.droptail_leaf
         from testbed import ecn
 
         impls = {p.name: ecn.choose_impl(p.link.marking, self.caps) for p in marked}
+        impls.update({p.name: "kernel" for p in classed})  # per class: RED leaves (_check_class_marking)
         self.marking = {"ports": impls, "impls": sorted(set(impls.values()))}
 
         def leaf(link: Any) -> list[str]:

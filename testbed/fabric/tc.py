@@ -6,6 +6,9 @@ Every egress port gets the same tree::
       class 1:1 htb rate R ceil R
         leaf 10: bfifo limit B       the buffer (pfifo for a buffer in packets; sch_red for kernel ECN marking)
 
+A port with traffic classes (``classes:``) has one HTB class per traffic class under 1:1 instead of leaf 10:
+(``class_tc_lines``), each with its own leaf (handle 11:, 12:, ...), and u32 filters on the DSCP at the root.
+
 Why tc batch lines and not pyroute2: pyroute2 has no bfifo plugin and reports a missing qdisc as EINVAL
 (machine.md), and `tc -batch` stops at the first failing line with its line number, which we turn into an error.
 Random loss uses an nftables ``numgen random`` rule (this kernel has no netem); delay needs netem, applied on an
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from testbed.spec.classes import default_class, htb_plan
 from testbed.spec.link import ETH_HEADER, LinkSpec
 from testbed.spec.topology import Port
 
@@ -43,12 +47,41 @@ def port_tc_lines(port: Port, leaf: LeafBuilder = droptail_leaf) -> list[str]:
     link, dev = port.link, port.dev
     frame = link.mtu + ETH_HEADER
     burst = htb_burst(link)
-    return [
-        f"qdisc replace dev {dev} root handle {ROOT_HANDLE} htb default 1",
+    default = f"{0x11 + default_class(link.classes):x}" if link.classes else "1"
+    lines = [
+        f"qdisc replace dev {dev} root handle {ROOT_HANDLE} htb default {default}",
         f"class add dev {dev} parent {ROOT_HANDLE} classid {CLASS_ID} htb rate {link.rate_bps}bit ceil {link.rate_bps}bit "
         f"burst {burst} cburst {burst} quantum {frame}",
-        f"qdisc add dev {dev} parent {CLASS_ID} handle {LEAF_HANDLE} " + " ".join(leaf(link)),
     ]
+    if not link.classes:
+        return [*lines, f"qdisc add dev {dev} parent {CLASS_ID} handle {LEAF_HANDLE} " + " ".join(leaf(link))]
+    return lines + class_tc_lines(port, leaf)
+
+
+CLASS_RATE_BPS = 1000  # each class's own (assured) rate: all but nothing, so every byte is lent by prio and quantum
+
+
+def class_tc_lines(port: Port, leaf: LeafBuilder = droptail_leaf) -> list[str]:
+    """The traffic classes under class 1:1 (testbed.spec.classes): one HTB class, leaf and DSCP filters each.
+
+    Every class borrows the port's rate from 1:1, which HTB lends to the lowest prio first (strict priority) and
+    among one prio by deficit round robin on the quantum (weights). u32 matches the DSCP bits (mask 0xfc, so the
+    ECN bits do not matter); what no filter takes goes to the root's default class."""
+    link, dev = port.link, port.dev
+    burst = htb_burst(link)
+    lines = []
+    for c, h in zip(link.classes, htb_plan(link.classes, link.mtu + ETH_HEADER), strict=True):
+        lines += [
+            f"class add dev {dev} parent {CLASS_ID} classid 1:{h.minor:x} htb rate {CLASS_RATE_BPS}bit "
+            f"ceil {link.rate_bps}bit burst {burst} cburst {burst} prio {h.prio} quantum {h.quantum}",
+            f"qdisc add dev {dev} parent 1:{h.minor:x} handle {h.leaf:x}: " + " ".join(leaf(link.class_link(c))),
+        ]
+        lines += [
+            f"filter add dev {dev} parent {ROOT_HANDLE} protocol ip prio 1 u32 match ip dsfield {d << 2:#04x} 0xfc "
+            f"flowid 1:{h.minor:x}"
+            for d in c.dscp
+        ]
+    return lines
 
 
 def delay_tc_lines(port: Port, ifb: str) -> list[str]:

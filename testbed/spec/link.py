@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
+from testbed.spec.classes import TrafficClass, check_weights, parse_classes
 from testbed.spec.fields import SpecError, check_keys, choice, integer, number, sub, unit
 from testbed.spec.units import Size, parse_duration, parse_rate, parse_size
 
@@ -92,7 +93,7 @@ class Marking:
 # --------------------------------------------------------------------------------------------------------------
 # Links
 
-LINK_KEYS = {"rate", "buffer", "mtu", "loss", "delay", "ecn"}
+LINK_KEYS = {"rate", "buffer", "mtu", "loss", "delay", "ecn", "classes"}
 QDISC_LIMIT_MAX = 2**32 - 1  # bfifo's and pfifo's limit (struct tc_fifo_qopt) is a u32
 
 
@@ -110,6 +111,7 @@ class LinkSpec:
     loss: float = 0.0
     delay_s: float = 0.0
     marking: Marking = field(default_factory=Marking)
+    classes: tuple[TrafficClass, ...] = ()  # traffic classes (testbed.spec.classes); empty: one queue
 
     @classmethod
     def from_dict(cls, data: Any, path: str, base: LinkSpec | None = None) -> LinkSpec:
@@ -127,6 +129,8 @@ class LinkSpec:
             spec = replace(spec, delay_s=unit(sub(path, "delay"), parse_duration, data["delay"]))
         if "ecn" in data:
             spec = replace(spec, marking=Marking.from_dict(data["ecn"], sub(path, "ecn")))
+        if "classes" in data:
+            spec = replace(spec, classes=parse_classes(data["classes"], sub(path, "classes"), Marking.from_dict))
         spec.validate(path)
         return spec
 
@@ -151,14 +155,24 @@ class LinkSpec:
             raise SpecError(
                 sub(path, "buffer"), f"{self.buffer} is smaller than one frame ({frame} bytes at MTU {self.mtu})"
             )
-        if self.marking.mode != "off":
-            low, high = self.marking.thresholds_bytes(self.mtu)
-            limit = self.buffer.to_bytes(self.mtu)
-            if high > limit:
-                key = "k" if self.marking.mode == "step" else "kmax"
-                raise SpecError(sub(path, f"ecn.{key}"), f"threshold {high} bytes is above the buffer ({limit} bytes)")
-            if self.marking.mode == "step" and low <= 0:
-                raise SpecError(sub(path, "ecn.k"), "must be positive")
+        _check_marking(self.marking, self.buffer_bytes, self.mtu, path)
+        for i, c in enumerate(self.classes):
+            where = sub(path, f"classes[{i}]")
+            buffer = self.class_buffer(c)
+            if c.buffer is not None and buffer.to_bytes(self.mtu) < frame:
+                raise SpecError(sub(where, "buffer"), f"{buffer} is smaller than one frame ({frame} bytes)")
+            _check_marking(self.class_marking(c), buffer.to_bytes(self.mtu), self.mtu, where)
+        check_weights(self.classes, frame, sub(path, "classes"))
+
+    def class_buffer(self, c: TrafficClass) -> Size:
+        return c.buffer if c.buffer is not None else self.buffer
+
+    def class_marking(self, c: TrafficClass) -> Marking:
+        return c.ecn if c.ecn is not None else self.marking
+
+    def class_link(self, c: TrafficClass) -> LinkSpec:
+        """The link as one class's queue sees it: its buffer and marking, no classes."""
+        return replace(self, buffer=self.class_buffer(c), marking=self.class_marking(c), classes=())
 
     @property
     def buffer_bytes(self) -> int:
@@ -168,6 +182,18 @@ class LinkSpec:
     def payload_rate_bps(self) -> float:
         """TCP goodput ceiling: MSS (MTU - 40 IP/TCP - 12 timestamp option) per frame of MTU + 14."""
         return self.rate_bps * (self.mtu - 52) / (self.mtu + ETH_HEADER)
+
+
+def _check_marking(marking: Marking, limit: int, mtu: int, path: str) -> None:
+    """ECN thresholds within the queue's buffer (``limit`` bytes)."""
+    if marking.mode == "off":
+        return
+    low, high = marking.thresholds_bytes(mtu)
+    if high > limit:
+        key = "k" if marking.mode == "step" else "kmax"
+        raise SpecError(sub(path, f"ecn.{key}"), f"threshold {high} bytes is above the buffer ({limit} bytes)")
+    if marking.mode == "step" and low <= 0:
+        raise SpecError(sub(path, "ecn.k"), "must be positive")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ Keys common to every kind:
 - ``start_after``: seconds after the workload starts before this job starts (default 0).
 - ``cc``: per-socket congestion control (``TCP_CONGESTION``) for every TCP socket of the job, e.g. ``cubic``;
   default: the host namespace's default.
+- ``dscp``: the DSCP (0..63) of every packet the job sends (``IP_TOS`` on its sockets; a TCP server answers with
+  the connection's DSCP, ``tcp_reflect_tos``), which picks its traffic class on ports with ``classes:``.
 Keys of the rank-based kinds (collectives, ps, pipeline):
 - ``ranks``: ``all`` (every host, fabric order), ``one_per_leaf`` (first host of each leaf), ``leaf_interleaved``
   (all hosts ordered round-robin across leaves, so every ring hop crosses a spine) or a list of host names.
@@ -56,6 +58,7 @@ class JobBase:
     kind: str = spec_field("", f.one_of(*KINDS), required=True)
     start_after: float = spec_field(0.0, f.duration)
     cc: str | None = spec_field(None, f.one_of(*CCS))
+    dscp: int | None = spec_field(None, f.ints(0, 63))
 
     LEAVE_OUT: ClassVar[frozenset[str]] = frozenset()  # inherited keys this kind does not read
 

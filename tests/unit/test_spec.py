@@ -136,7 +136,7 @@ def test_link_buffer_exactly_one_frame() -> None:
 @pytest.mark.parametrize(
     ("data", "path", "reason"),
     [
-        ({"rtae": "10Mbit"}, f"{HL}.rtae", "unknown key (allowed: buffer, delay, ecn, loss, mtu, rate)"),
+        ({"rtae": "10Mbit"}, f"{HL}.rtae", "unknown key (allowed: buffer, classes, delay, ecn, loss, mtu, rate)"),
         ({"rate": "-100Mbit"}, f"{HL}.rate", "must be positive"),
         ({"rate": -5}, f"{HL}.rate", "must be positive"),
         ({"rate": 0}, f"{HL}.rate", "must be positive"),
