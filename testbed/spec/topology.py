@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
 
+from testbed.spec.classes import TrafficClass
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.fields import SpecError
 from testbed.spec.link import LinkSpec
@@ -265,10 +267,24 @@ class Topology:
                     "loss": p.link.loss,
                     "delay_s": p.link.delay_s,
                     "marking": p.link.marking.describe(),
+                    **({"classes": [_class_entry(p.link, c) for c in p.link.classes]} if p.link.classes else {}),
                 }
                 for p in self.ports()
             ],
         }
+
+
+def _class_entry(link: LinkSpec, c: TrafficClass) -> dict[str, Any]:
+    """One traffic class of a port, for the manifest."""
+    kind = {"priority": c.priority} if c.priority is not None else {"weight": c.weight}
+    marking = link.class_marking(c).describe()
+    return {
+        "name": c.name,
+        "dscp": list(c.dscp),
+        **kind,
+        "buffer_bytes": link.class_buffer(c).to_bytes(link.mtu),
+        "marking": marking,
+    }
 
 
 def compute_routes(topo: Topology) -> dict[str, list[Route]]:
