@@ -22,7 +22,9 @@ from testbed.cli import parser
 from testbed.spec.scenario import resolve_paths
 
 ROOT = Path(__file__).resolve().parents[1]
-SHEETS = sorted((ROOT / "docs" / "labs").glob("lab*.md"))
+SHEETS = sorted(
+    (ROOT / "docs" / "labs").glob("lab*.md"), key=lambda p: int(p.stem[3:].split("-")[0])
+)  # lab10 after lab9
 pytestmark = pytest.mark.skipif(REVERSED, reason="the labs check their sheets, not a scenario's setting")
 
 
