@@ -377,6 +377,17 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
         for c, v in base.items():
             nw.write({"host": h, "phase": "start", "counter": c, "value": v})
             nw.write({"host": h, "phase": "end", "counter": c, "value": v + grow[c]})
+    rec.set("traffic_window", [t0, t0 + DUR])
+    node, dev = hot.split(":")  # two traffic classes at the hot port, no draws (the figure of classes.csv)
+    cw = rec.table("classes")
+    for cls, dscp, prio, weight, share, dropped in (("ctrl", "46", 1, None, 0.02, 0), ("be", "0", None, 1, 0.98, 1)):
+        sent = int(tx[hot] * share)
+        cw.write(
+            {
+                **{"node": node, "dev": dev, "class": cls, "dscp": dscp, "priority": prio, "weight": weight},
+                **{"tx_bytes": sent, "tx_pkts": sent // 9014, "drops": drops[hot] * dropped, "backlog_bytes": 0},
+            }
+        )
     rec.set(
         "tc_after", {"l2": f"qdisc bfifo 10: parent 1:1 limit {buf}b\n Sent {tx[hot]} bytes (dropped {drops[hot]})"}
     )
