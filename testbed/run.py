@@ -28,8 +28,9 @@ from results.metrics import finish_run
 from results.progress import Progress
 from results.record import RunRecord, load_run
 from testbed.errors import TestbedError
-from testbed.fabric import pathbytes, tc
+from testbed.fabric import tc
 from testbed.fabric.build import Fabric, check_spec
+from testbed.fabric_counters import record_counters, record_path_bytes
 from testbed.failures import EventRunner, LinkFailures
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
@@ -313,53 +314,14 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             record.set("qtelem_health", qslots.stop())
         record.set("sampler_health", sampler.stop())
         record.set("tc_after", tc_text(fab))
-        flowlets = fab.read_flowlets()
-        if flowlets is not None:
-            record.set("flowlets", flowlets)
-        path_counts = fab.read_path_bytes()
-        class_rows = fab.read_classes()
-        if class_rows:
-            class_table = record.table("classes")
-            for row in class_rows:
-                class_table.write(row)
-        bpf_marks = fab.read_marks()
-        if bpf_marks is not None:
-            marks = record.table("marks")
-            for (ns, dev), c in bpf_marks.items():
-                node = ns.split("-", 1)[1]
-                marks.write(
-                    {"node": node, "dev": dev, "impl": "bpf", "marks": c.get("marks"), "ect_seen": c.get("ect_seen")}
-                )
+        path_counts = record_counters(record, fab)
     for table, rows in tables.items():
         w = record.table(table)
         for row in rows:
             w.write(row)
-    _write_path_bytes(record, fab, path_counts, [*tables.get("flows", []), *tables.get("fct", [])])
+    record_path_bytes(record, fab, path_counts, [*tables.get("flows", []), *tables.get("fct", [])])
     if event_errors:
         raise RuntimeError(f"a link event could not be applied: {event_errors[0]}")
-
-
-def _write_path_bytes(
-    record: RunRecord,
-    fab: Fabric,
-    counted: dict[str, dict[pathbytes.Key, pathbytes.Counted]] | None,
-    flows: list[dict[str, Any]],
-) -> None:
-    """Each flow's bytes per top-tier router (path_bytes.csv), and the manifest's ``path_bytes`` summary."""
-    if counted is None:
-        why = (
-            "telemetry.path_bytes is false"
-            if not fab.path_bytes
-            else "this machine lacks nftables (apt install nftables)"
-        )
-        record.set("path_bytes", {"status": f"not counted: {why}"})
-        return
-    hosts = fab.hosts
-    rows, summary = pathbytes.per_flow(counted, flows, lambda h: hosts[h].ip if h in hosts else h)
-    table = record.table("path_bytes")
-    for row in rows:
-        table.write(row)
-    record.set("path_bytes", {"status": "counted", **summary})
 
 
 def _link_events(record: RunRecord, scenario: Scenario, fab: Fabric) -> LinkFailures | None:

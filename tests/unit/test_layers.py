@@ -24,13 +24,21 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fabric", ("testbed.fabric",)),
     (
         "runtime",
-        ("testbed.telemetry", "testbed.failures", "traffic", "testbed.calibrate", "testbed.preflight", "testbed.vm"),
+        (
+            "testbed.telemetry",
+            "testbed.failures",
+            "traffic",
+            "testbed.calibrate",
+            "testbed.preflight",
+            "testbed.vm",
+        ),
     ),
     ("results", ("results",)),
     (
         "top",
         (
             "testbed.run",
+            "testbed.fabric_counters",
             "testbed.cluster",
             "testbed.cli",
             "testbed.labcli",
