@@ -29,7 +29,8 @@ from results.progress import Progress
 from results.record import RunRecord, load_run
 from testbed.errors import TestbedError
 from testbed.fabric import tc
-from testbed.fabric.build import Fabric, check_spec
+from testbed.fabric.build import Fabric
+from testbed.fabric.checks import check_spec
 from testbed.fabric_counters import record_counters, record_path_bytes
 from testbed.failures import EventRunner, LinkFailures
 from testbed.host.capabilities import Capabilities

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from testbed.fabric import tc
-from testbed.fabric.build import check_spec
+from testbed.fabric.checks import check_spec
 from testbed.fabric.classstats import class_rows
 from testbed.host.capabilities import Capabilities, CapabilityError
 from testbed.spec.classes import htb_plan

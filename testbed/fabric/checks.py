@@ -1,0 +1,58 @@
+"""What a fabric spec needs of this machine, refused before anything is built (``check_spec``): the qdiscs, tools
+and kernel features its links, routing and marking ask for, each missing one as one line naming it."""
+
+from __future__ import annotations
+
+from testbed.host.capabilities import Capabilities, CapabilityError
+from testbed.spec.fabric import FabricSpec
+from testbed.spec.topology import Port, Topology
+
+
+def check_spec(spec: FabricSpec, caps: Capabilities) -> Topology:
+    """Everything that can be refused is refused here, before anything is built."""
+    topo = Topology(spec)
+    for key in ("qdisc.htb", "qdisc.bfifo", "mininet"):
+        caps.require(key, "building a fabric")
+    ports = topo.ports()
+    if any(p.link.delay_s > 0 for p in ports):
+        caps.require("qdisc.netem", "link delay")
+        caps.require("ifb", "link delay")
+    if any(p.link.loss > 0 for p in ports):
+        caps.require("nftables", "random loss on links")
+    if spec.ecmp.mode == "spray":
+        caps.require("nftables", "ecmp.mode spray (numgen marks)")
+    if spec.ecmp.mode in ("flowlet", "adaptive"):
+        for key in ("btf", "qdisc.clsact", "tool.bpftool"):
+            caps.require(key, f"ecmp.mode {spec.ecmp.mode} (a BPF program per router)")
+    if spec.ecmp.seed is not None:
+        caps.require("ecmp.hash_seed", "ecmp.seed")
+    caps.require("ecmp.hash_policy_3", "deterministic ECMP hashing")
+    if spec.transport.cc != "dctcp":
+        caps.require(f"cc.{spec.transport.cc}", f"transport.cc {spec.transport.cc}")
+    if any(p.link.marking.mode != "off" for p in ports) or spec.transport.cc == "dctcp":
+        try:
+            from testbed import ecn
+        except ImportError as exc:
+            raise CapabilityError(f"ECN marking / DCTCP need testbed.ecn, which failed to import: {exc}") from exc
+        for p in ports:
+            if p.link.marking.mode != "off" and not p.link.classes:
+                ecn.choose_impl(p.link.marking, caps)
+    _check_class_marking(ports, caps)
+    return topo
+
+
+def _check_class_marking(ports: list[Port], caps: Capabilities) -> None:
+    """A traffic class marks ECN on its own queue, which only kernel RED as the class's leaf can do here: the eBPF
+    marker sits before the qdisc and reads the port's whole backlog."""
+    for p in ports:
+        for c in p.link.classes:
+            m = p.link.class_marking(c)
+            if m.mode == "off":
+                continue
+            if m.impl == "bpf" or not caps.ecn.sch_red:
+                why = "ecn impl 'bpf' was asked for" if m.impl == "bpf" else "this kernel lacks sch_red"
+                raise CapabilityError(
+                    f"port {p.name} class {c.name}: per-class ECN marking needs kernel RED (sch_red) as the class's "
+                    f"queue, and {why} (the eBPF marker reads the port's whole queue, not the class's): run in the "
+                    "guest kernel mode (python3 -m testbed vm), or leave ecn off in classes"
+                )
