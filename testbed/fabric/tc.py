@@ -47,7 +47,7 @@ def port_tc_lines(port: Port, leaf: LeafBuilder = droptail_leaf) -> list[str]:
     link, dev = port.link, port.dev
     frame = link.mtu + ETH_HEADER
     burst = htb_burst(link)
-    default = f"{0x11 + default_class(link.classes):x}" if link.classes else "1"
+    default = f"{htb_plan(link.classes, frame)[default_class(link.classes)].minor:x}" if link.classes else "1"
     lines = [
         f"qdisc replace dev {dev} root handle {ROOT_HANDLE} htb default {default}",
         f"class add dev {dev} parent {ROOT_HANDLE} classid {CLASS_ID} htb rate {link.rate_bps}bit ceil {link.rate_bps}bit "

@@ -14,7 +14,7 @@ is the classes' HTB priority and quantum, is computed here (``htb_plan``): testb
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,10 +42,6 @@ class TrafficClass:
     @property
     def strict(self) -> bool:
         return self.priority is not None
-
-    def describe(self) -> str:
-        kind = f"priority {self.priority}" if self.strict else f"weight {self.weight}"
-        return f"{self.name} (DSCP {','.join(map(str, self.dscp))}; {kind})"
 
 
 def parse_classes(data: Any, path: str, marking_reader: Any) -> tuple[TrafficClass, ...]:
@@ -132,7 +128,11 @@ class HtbClass:
     minor: int
     prio: int
     quantum: int
-    leaf: int  # the leaf qdisc's major (handle <leaf>:)
+
+    @property
+    def leaf(self) -> int:
+        """The leaf qdisc's major (handle <leaf>:): the class's minor, so 1:11 holds 11:."""
+        return self.minor
 
 
 def htb_plan(classes: Sequence[TrafficClass], frame: int) -> list[HtbClass]:
@@ -144,10 +144,5 @@ def htb_plan(classes: Sequence[TrafficClass], frame: int) -> list[HtbClass]:
     for i, c in enumerate(classes):
         prio = c.priority - 1 if c.priority is not None else WEIGHTED_PRIO
         quantum = frame * (c.weight or low) // low
-        plan.append(HtbClass(minor=0x11 + i, prio=prio, quantum=quantum, leaf=0x11 + i))
+        plan.append(HtbClass(minor=0x11 + i, prio=prio, quantum=quantum))
     return plan
-
-
-def class_of_dscp(classes: Sequence[TrafficClass]) -> Mapping[int, int]:
-    """DSCP -> class index for every DSCP a class names (the rest go to ``default_class``)."""
-    return {d: i for i, c in enumerate(classes) for d in c.dscp}
