@@ -14,7 +14,8 @@ Checks (thresholds in ``Thresholds``):
   busy only for as long as the backlog seen at its start takes to drain at the port's rate (a lower bound).
   Over each port's busy windows, delivered = (tx_bytes delta) x 8 / busy time, compared with ``rate_bps``
   directly (HTB and the qdisc's tx_bytes both count the 14-byte Ethernet header). A busy port delivering less
-  than ``rate_min`` of its rate means the machine, not the link, was the bottleneck.
+  than ``rate_min`` of its rate means the machine, not the link, was the bottleneck. Time a port spent paused by
+  PFC (pauses.csv) is not busy time: it holds its queue by design.
 - ``cpu_saturation``: share of cpu.csv samples in which every core was at least ``cpu_busy`` busy.
 - ``sampler``: achieved queue-sampling rate against the target and the longest gap (from sampler_health.json when
   given; otherwise only the gap between rows, which the sampler writes at least every keyframe).
@@ -26,6 +27,8 @@ Checks (thresholds in ``Thresholds``):
 - ``dequeue_gap`` (runs with ``telemetry.bpf_queues``): packets left a busy port when the link would have sent them
   (``results.fidelity_gaps``, Mininet-HiFi's direct check). When it passes, a failed ``cpu_saturation`` stays in
   the verdict as a warning (``waived_by``, listed in ``warnings``) and does not make the run unfaithful.
+- ``pfc`` (runs with lossless classes): the PFC controller reacted within the time the headroom was sized for
+  (``results.fidelity_pfc``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import pandas as pd
 
 from results.checks import Rows, Thresholds, as_frame, check, verdict, waive
 from results.fidelity_gaps import check_dequeue_gaps
+from results.fidelity_pfc import check_pfc
 from results.fidelity_senders import check_senders
 from results.ports import PortRows, in_window, split_ports
 from results.record import load_run
@@ -67,9 +71,26 @@ def _tx_series(q: PortRows, lk: PortRows | None) -> np.ndarray | None:
     return np.interp(q["t"], lk["t"], np.nan_to_num(lk["tx_bytes"], nan=0.0))
 
 
-def port_windows(q: PortRows, tx: np.ndarray, rate_bps: float, th: Thresholds) -> list[dict[str, float]]:
+def paused_time(t: np.ndarray, pauses: np.ndarray) -> np.ndarray:
+    """Seconds of each interval between consecutive times ``t`` that fall in a pause ((start, end) rows, one port's:
+    they do not overlap)."""
+    if not len(pauses):
+        return np.zeros(max(len(t) - 1, 0))
+    order = np.argsort(pauses[:, 0])
+    starts, ends = pauses[order, 0], pauses[order, 1]
+    done = np.concatenate(([0.0], np.cumsum(ends - starts)))  # paused seconds before each pause
+    xs = np.column_stack((starts, ends)).ravel()
+    ys = np.column_stack((done[:-1], done[1:])).ravel()
+    acc = np.interp(t, xs, ys, left=0.0, right=float(done[-1]))
+    return np.diff(acc)
+
+
+def port_windows(
+    q: PortRows, tx: np.ndarray, rate_bps: float, th: Thresholds, pauses: np.ndarray | None = None
+) -> list[dict[str, float]]:
     """Per window of ``th.window_s``: covered time, busy time, delivered bytes, and their rate over the busy time as a
-    fraction of ``rate_bps`` (``ratio``)."""
+    fraction of ``rate_bps`` (``ratio``). Time in ``pauses`` (PFC pauses of the port, (start, end) rows) is not
+    busy: a paused port holds its queue by design."""
     t = q["t"]
     if len(t) < 2:
         return []
@@ -79,6 +100,8 @@ def port_windows(q: PortRows, tx: np.ndarray, rate_bps: float, th: Thresholds) -
     drain = nbytes[:-1] * 8 / rate_bps if rate_bps > 0 else np.zeros_like(dt)
     # busy time of each interval: sample-and-hold when rows are close, else what the seen backlog guarantees
     busy_dt = np.where(dt <= th.hold_max_s, np.where(busy[:-1], dt, 0.0), np.minimum(dt, drain))
+    if pauses is not None:
+        busy_dt = np.maximum(busy_dt - paused_time(t, pauses), 0.0)
     db = np.diff(tx)
     valid = (dt > 0) & (db >= 0)  # a negative delta is a counter reset
     win = ((t[:-1] - t[0]) // th.window_s).astype(int)
@@ -112,7 +135,9 @@ def check_bottlenecks(
     links: Rows = (),
     th: Thresholds = Thresholds(),
     window: tuple[float, float] | None = None,
+    pauses: Mapping[tuple[str, str], np.ndarray] | None = None,
 ) -> dict[str, Any]:
+    """Each busy port's delivered rate against its own; ``pauses``: PFC pause intervals by (node, dev), not busy."""
     qby = split_ports(as_frame(queues), ("backlog_pkts", "backlog_bytes", "tx_bytes"), window)
     lby = split_ports(as_frame(links), ("tx_bytes",), window)
     per: dict[str, dict[str, Any]] = {}
@@ -128,7 +153,11 @@ def check_bottlenecks(
             skipped.append(f"{name} (no tx_bytes)")
             continue
         rate = float(p["rate_bps"])
-        wins = [w for w in port_windows(rows, tx, rate, th) if w["busy_s"] >= th.busy_share * w["span_s"]]
+        wins = [
+            w
+            for w in port_windows(rows, tx, rate, th, (pauses or {}).get(key))
+            if w["busy_s"] >= th.busy_share * w["span_s"]
+        ]
         if not wins:
             continue
         busy_t = sum(w["busy_s"] for w in wins)
@@ -295,21 +324,26 @@ def evaluate(
     flows: Rows = (),
     senders_watched: bool = False,
     qtelem_health: Mapping[str, Any] | None = None,
+    pauses: Rows = (),
+    pfc: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span.
+    ``pauses`` (pauses.csv): PFC pauses, not busy time for bottleneck_rate; ``pfc`` (manifest ``pfc``): its check.
     ``senders`` (senders.csv) and ``flows``: the sender_backlog check, left out when ``senders`` is None.
     ``qtelem_health`` (the kernel telemetry's, manifest ``qtelem_health``): the dequeue_gap check, which, when it
     passes, turns a failed cpu_saturation into a warning: the packets left on time although the cores were busy."""
     q, lk, c = as_frame(queues), as_frame(links), as_frame(cpu)
     cpu_check = check_cpu(c, th, window)
     checks = [
-        check_bottlenecks(q, ports, lk, th, window),
+        check_bottlenecks(q, ports, lk, th, window, pause_intervals(pauses)),
         cpu_check,
         check_sampler(sampler_health, q, th, window),
         check_gso(q, ports, packet_level, th.gso_share_max),
     ]
     if senders is not None:
         checks.append(check_senders(senders, flows, th, senders_watched))
+    if pfc is not None:
+        checks.append(check_pfc(pfc))
     if qtelem_health is not None:
         gaps = check_dequeue_gaps(qtelem_health, ports, th)
         checks.append(gaps)
@@ -345,6 +379,9 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
         kw.setdefault("senders", run.table("senders"))
         kw.setdefault("flows", run.table("flows"))
         kw.setdefault("senders_watched", True)
+    if manifest.get("pfc") is not None:  # lossless classes: PFC's pauses and its check
+        kw.setdefault("pauses", run.table("pauses"))
+        kw.setdefault("pfc", manifest["pfc"])
     verdict = evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)
     if changed:
         names = ", ".join(f"{n}:{d}" for n, d in sorted(changed))
@@ -352,6 +389,16 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
             if c["name"] == "bottleneck_rate":
                 c["reason"] += f" (not judged: {names}, whose rate a link event changed)"
     return verdict
+
+
+def pause_intervals(pauses: Rows) -> dict[tuple[str, str], np.ndarray]:
+    """pauses.csv's rows as (start, end) arrays by paused port (node, dev)."""
+    df = as_frame(pauses)
+    if df.empty:
+        return {}
+    return {
+        (str(n), str(d)): g[["t_start", "t_end"]].to_numpy(dtype=float) for (n, d), g in df.groupby(["node", "dev"])
+    }
 
 
 def _rate_changed(manifest: Mapping[str, Any]) -> set[tuple[str, str]]:

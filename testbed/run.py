@@ -31,16 +31,19 @@ from testbed.errors import TestbedError
 from testbed.fabric import tc
 from testbed.fabric.build import Fabric
 from testbed.fabric.checks import check_spec
+from testbed.fabric.pfc import pfc_plan
 from testbed.fabric_counters import record_counters, record_path_bytes
 from testbed.failures import EventRunner, LinkFailures
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
 from testbed.machine import probe
+from testbed.pfc import start_pfc
 from testbed.preflight import bounds
 from testbed.preflight import budget as pf_budget
 from testbed.preflight.budget import manifest_entry
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario, ScenarioFile, TelemetrySpec, load_scenario_file, resolved
+from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry import PortRef, start_sampler
 from testbed.telemetry.bpfmarks import marks_map_path
 from testbed.telemetry.budget import CpuBudget
@@ -277,6 +280,10 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         go_file=str(go_file),
     )
     record.event("sampler", "started")
+    plan = pfc_plan(fab.ports())
+    pfc = start_pfc(fab.procs, plan, fab.netns, record.path) if plan else None
+    if pfc is not None:
+        record.event("pfc", f"controller watching {len(plan.queues)} queues, {len(plan.feeds)} ingress ports")
     qslots = start_qslots(fab.procs, _qslots_config(fab, tele), record.path) if tele.bpf_queues else None
     record.set("queue_telemetry", ["poller", "bpf"] if qslots is not None else ["poller"])
     if qslots is not None:
@@ -313,6 +320,9 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             netstat.write(row)
         if qslots is not None:
             record.set("qtelem_health", qslots.stop())
+        if pfc is not None:
+            record.set("pfc", pfc.stop())
+            record.set("tables", {**record.manifest["tables"], "pauses": SCHEMAS["pauses"][1]})
         record.set("sampler_health", sampler.stop())
         record.set("tc_after", tc_text(fab))
         path_counts = record_counters(record, fab)

@@ -24,7 +24,10 @@ OBJECTS = (
     ("qtelem.bpf.c", "qtelem", ()),
     ("qtelem.bpf.c", "qtelem_compat", ("QT_PROBE_READ",)),
     ("flowlet.bpf.c", "flowlet", ()),
+    ("pfc.bpf.c", "pfc", ()),
 )
+# objects built for BPF ISA v3 (kernel 5.12 on): atomics that return the old value, compare-and-swap
+CPU_V3 = {"pfc"}
 DCTCP_NAME_PLACEHOLDER = b"dctcp_XXXXXXXXX"
 BTF = Path("/sys/kernel/btf/vmlinux")
 
@@ -61,6 +64,7 @@ def build(out: Path = DEFAULT_OUT, btf: Path = BTF) -> dict[str, Path]:
     for src, name, defines in OBJECTS:
         obj = out / f"{name}.bpf.o"
         cmd = [clang, "-target", "bpf", "-O2", "-g", f"-D__TARGET_ARCH_{arch}", *(f"-D{d}" for d in defines)]
+        cmd += ["-mcpu=v3"] if name in CPU_V3 else []
         _run([*cmd, "-I", str(out), "-c", str(SRC_DIR / src), "-o", str(obj)])
         objs[name] = obj
     if objs["dctcp"].read_bytes().count(DCTCP_NAME_PLACEHOLDER) != 1:

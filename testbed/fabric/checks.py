@@ -3,6 +3,7 @@ and kernel features its links, routing and marking ask for, each missing one as 
 
 from __future__ import annotations
 
+from testbed.fabric.pfc import check_headroom, pfc_plan
 from testbed.host.capabilities import Capabilities, CapabilityError
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.topology import Port, Topology
@@ -38,6 +39,10 @@ def check_spec(spec: FabricSpec, caps: Capabilities) -> Topology:
             if p.link.marking.mode != "off" and not p.link.classes:
                 ecn.choose_impl(p.link.marking, caps)
     _check_class_marking(ports, caps)
+    if any(c.lossless for p in ports for c in p.link.classes):
+        for key in ("btf", "qdisc.tbf"):
+            caps.require(key, "lossless classes (PFC: a tbf leaf per class, watched by fexit BPF programs)")
+        check_headroom(pfc_plan(ports))
     return topo
 
 

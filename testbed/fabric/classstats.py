@@ -23,9 +23,9 @@ def class_rows(port: Port, qdiscs: list[dict[str, Any]]) -> list[dict[str, Any]]
     by_handle = {str(q.get("handle")): q for q in qdiscs}
     rows = []
     for c, h in zip(link.classes, htb_plan(link.classes, link.mtu + ETH_HEADER), strict=True):
-        q = by_handle.get(f"{h.leaf:x}:")
+        q = by_handle.get(f"{h.minor:x}:")
         if q is None:
-            raise RuntimeError(f"{port.name}: the leaf {h.leaf:x}: of class {c.name} is missing")
+            raise RuntimeError(f"{port.name}: the leaf {h.minor:x}: of class {c.name} is missing")
         rows.append(
             {
                 "node": port.node,

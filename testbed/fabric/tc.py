@@ -8,6 +8,7 @@ Every egress port gets the same tree::
 
 A port with traffic classes (``classes:``) has one HTB class per traffic class under 1:1 instead of leaf 10:
 (``class_tc_lines``), each with its own leaf (handle 11:, 12:, ...), and u32 filters on the DSCP at the root.
+A lossless class's leaf is a tbf (``pause_leaf``), which the PFC controller slows to pause it.
 
 Why tc batch lines and not pyroute2: pyroute2 has no bfifo plugin and reports a missing qdisc as EINVAL
 (machine.md), and `tc -batch` stops at the first failing line with its line number, which we turn into an error.
@@ -58,7 +59,17 @@ def port_tc_lines(port: Port, leaf: LeafBuilder = droptail_leaf) -> list[str]:
     return lines + class_tc_lines(port, leaf)
 
 
+PFC_RUN_RATE_FACTOR = 100  # a lossless class's tbf runs this many times the port's rate: HTB alone shapes it
+PFC_PAUSE_RATE_BPS = 1000  # ... and this slow while paused: one frame then waits 72 s (MTU 9000), a pause's end
 CLASS_RATE_BPS = 1000  # each class's own (assured) rate: all but nothing, so every byte is lent by prio and quantum
+
+
+def pause_leaf(link: LinkSpec, paused: bool = False) -> list[str]:
+    """A lossless class's queue: a tbf that the PFC controller (testbed.pfc) slows to pause the class, holding
+    the class's buffer in its bfifo. Its bucket is one frame, so a pause lets at most the frame at the head go
+    (the frame on the wire when a PAUSE arrives)."""
+    rate = PFC_PAUSE_RATE_BPS if paused else PFC_RUN_RATE_FACTOR * link.rate_bps
+    return ["tbf", "rate", f"{rate}bit", "burst", str(link.mtu + ETH_HEADER), "limit", str(link.buffer_bytes)]
 
 
 def class_tc_lines(port: Port, leaf: LeafBuilder = droptail_leaf) -> list[str]:
@@ -74,7 +85,8 @@ def class_tc_lines(port: Port, leaf: LeafBuilder = droptail_leaf) -> list[str]:
         lines += [
             f"class add dev {dev} parent {CLASS_ID} classid 1:{h.minor:x} htb rate {CLASS_RATE_BPS}bit "
             f"ceil {link.rate_bps}bit burst {burst} cburst {burst} prio {h.prio} quantum {h.quantum}",
-            f"qdisc add dev {dev} parent 1:{h.minor:x} handle {h.leaf:x}: " + " ".join(leaf(link.class_link(c))),
+            f"qdisc add dev {dev} parent 1:{h.minor:x} handle {h.minor:x}: "
+            + " ".join(pause_leaf(link.class_link(c)) if c.lossless else leaf(link.class_link(c))),
         ]
         lines += [
             f"filter add dev {dev} parent {ROOT_HANDLE} protocol ip prio 1 u32 match ip dsfield {d << 2:#04x} 0xfc "

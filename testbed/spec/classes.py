@@ -7,6 +7,10 @@ Each class has a name, the DSCP values it takes, a scheduling kind and its own b
 - ``weight: W`` (1..100): a weighted share of what the strict classes leave. Backlogged weighted classes split it
   in the ratio of their weights.
 
+A class may be ``lossless: {xoff: SIZE, xon: SIZE}`` (PFC-style; xon defaults to half of xoff): when a router
+holds more than XOFF of the class's bytes that came in on one port, the port upstream of it pauses the class
+until the router holds less than XON (testbed.pfc runs it; testbed.fabric.pfc checks the headroom).
+
 Packets whose DSCP no class names go to the ``default: true`` class (or the class holding DSCP 0). The port holds
 at most ``MAX_CLASSES`` (HTB's eight priorities, as 802.1p's eight traffic classes). The plan that HTB runs, which
 is the classes' HTB priority and quantum, is computed here (``htb_plan``): testbed.fabric.tc writes it.
@@ -24,7 +28,23 @@ from testbed.spec.units import Size, parse_size
 MAX_CLASSES = 8
 WEIGHTED_PRIO = 7  # HTB prio of every weighted class: after strict priorities 1..7 (HTB prio 0..6)
 HTB_QUANTUM_MAX = 200_000  # HTB warns above it and serves such a class in bursts that long
-CLASS_KEYS = {"name", "dscp", "priority", "weight", "buffer", "ecn", "default"}
+CLASS_KEYS = {"name", "dscp", "priority", "weight", "buffer", "ecn", "default", "lossless"}
+LOSSLESS_KEYS = {"xoff", "xon"}
+
+
+@dataclass(frozen=True)
+class Lossless:
+    """PFC thresholds of a class: bytes held at a router per ingress port (pause above xoff, resume below xon)."""
+
+    xoff: Size
+    xon: Size
+
+
+def parse_lossless(data: Any, path: str) -> Lossless:
+    check_keys(data, LOSSLESS_KEYS, path, {"xoff"})
+    xoff = unit(sub(path, "xoff"), parse_size, data["xoff"])
+    xon = unit(sub(path, "xon"), parse_size, data["xon"]) if "xon" in data else Size(xoff.value // 2, xoff.unit)
+    return Lossless(xoff, xon)
 
 
 @dataclass(frozen=True)
@@ -38,6 +58,7 @@ class TrafficClass:
     buffer: Size | None = None
     ecn: Any = None  # a testbed.spec.link.Marking, or None (the link's); Any: link.py imports this module
     default: bool = False
+    lossless: Lossless | None = None  # PFC-style pause (testbed.pfc); None: the class drops when full
 
     @property
     def strict(self) -> bool:
@@ -72,7 +93,8 @@ def _parse_class(data: Any, path: str, marking_reader: Any) -> TrafficClass:
     buffer = unit(sub(path, "buffer"), parse_size, data["buffer"]) if "buffer" in data else None
     ecn = marking_reader(data["ecn"], sub(path, "ecn")) if "ecn" in data else None
     default = boolean(sub(path, "default"), data.get("default", False))
-    return TrafficClass(cname, dscp, priority, weight, buffer, ecn, default)
+    lossless = parse_lossless(data["lossless"], sub(path, "lossless")) if "lossless" in data else None
+    return TrafficClass(cname, dscp, priority, weight, buffer, ecn, default, lossless)
 
 
 def _check_set(classes: tuple[TrafficClass, ...], path: str) -> None:
@@ -123,16 +145,12 @@ def check_weights(classes: Sequence[TrafficClass], frame: int, path: str) -> Non
 
 @dataclass(frozen=True)
 class HtbClass:
-    """One class as HTB runs it: its minor (classid 1:<minor>), prio, quantum, and the leaf's handle."""
+    """One class as HTB runs it: its minor (classid 1:<minor>; its leaf qdisc's handle is <minor>:), prio and
+    quantum."""
 
     minor: int
     prio: int
     quantum: int
-
-    @property
-    def leaf(self) -> int:
-        """The leaf qdisc's major (handle <leaf>:): the class's minor, so 1:11 holds 11:."""
-        return self.minor
 
 
 def htb_plan(classes: Sequence[TrafficClass], frame: int) -> list[HtbClass]:

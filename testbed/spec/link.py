@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
-from testbed.spec.classes import TrafficClass, check_weights, parse_classes
+from testbed.spec.classes import Lossless, TrafficClass, check_weights, parse_classes
 from testbed.spec.fields import SpecError, check_keys, choice, integer, number, sub, unit
 from testbed.spec.units import Size, parse_duration, parse_rate, parse_size
 
@@ -162,6 +162,8 @@ class LinkSpec:
             if c.buffer is not None and buffer.to_bytes(self.mtu) < frame:
                 raise SpecError(sub(where, "buffer"), f"{buffer} is smaller than one frame ({frame} bytes)")
             _check_marking(self.class_marking(c), buffer.to_bytes(self.mtu), self.mtu, where)
+            if c.lossless is not None:
+                _check_lossless(c.lossless, buffer.to_bytes(self.mtu), self.mtu, sub(where, "lossless"))
         check_weights(self.classes, frame, sub(path, "classes"))
 
     def class_buffer(self, c: TrafficClass) -> Size:
@@ -194,6 +196,16 @@ def _check_marking(marking: Marking, limit: int, mtu: int, path: str) -> None:
         raise SpecError(sub(path, f"ecn.{key}"), f"threshold {high} bytes is above the buffer ({limit} bytes)")
     if marking.mode == "step" and low <= 0:
         raise SpecError(sub(path, "ecn.k"), "must be positive")
+
+
+def _check_lossless(pfc: Lossless, limit: int, mtu: int, path: str) -> None:
+    """PFC thresholds: XON under XOFF, XOFF under the class's buffer (the headroom check needs the topology:
+    testbed.fabric.pfc)."""
+    xoff, xon = pfc.xoff.to_bytes(mtu), pfc.xon.to_bytes(mtu)
+    if xoff >= limit:
+        raise SpecError(sub(path, "xoff"), f"{pfc.xoff} is not below the class's buffer ({limit} bytes)")
+    if not 0 < xon < xoff:
+        raise SpecError(sub(path, "xon"), f"{pfc.xon} must be above 0 and below xoff ({pfc.xoff})")
 
 
 # --------------------------------------------------------------------------------------------------------------

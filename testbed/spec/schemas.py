@@ -156,6 +156,24 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
         ),
         "each traffic class of each port with classes: its queue's counters at the end of the run",
     ),
+    "pauses": (
+        (
+            "port",
+            "node",
+            "dev",
+            "router",
+            "class",
+            "queue",
+            "t_start",
+            "t_end",
+            "duration_s",
+            "backlog_bytes",
+            "reaction_us",
+        ),
+        "PFC-style pauses of lossless classes: the upstream port paused (node, dev), the router's queue whose "
+        "backlog crossed XOFF first (and its backlog then), when the pause took effect and ended, and the "
+        "controller's reaction time from the crossing",
+    ),
     "marks": (("node", "dev", "impl", "marks", "ect_seen"), "ECN marker counters at the end of the run"),
     "events": (("t", "kind", "detail"), "lifecycle events"),
     "link_events": (
@@ -170,6 +188,7 @@ TEXT: dict[str, frozenset[str]] = {
     "queues": frozenset({"node", "dev"}),
     "qslots": frozenset({"node", "dev"}),
     "links": frozenset({"node", "dev"}),
+    "pauses": frozenset({"port", "node", "dev", "router", "class", "queue"}),
     "cpu": frozenset({"cpu"}),
     "senders": frozenset({"node"}),
     "netstat": frozenset({"host", "phase", "counter"}),

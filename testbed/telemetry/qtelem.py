@@ -4,9 +4,8 @@ The program counts at the qdisc enqueue/dequeue tracepoints, per port and per ti
 closes each slot into the port's ring when that port's next event comes: an idle port costs nothing. The rings
 and the per-port state are mmapable arrays, so a drain is one numpy copy per port, not a syscall per slot.
 
-Loading and attaching go through libbpf (``libbpf.so.1``, from libbpf-dev's libbpf1) over ctypes: no Python
-binding of libbpf is packaged for Debian 12. The links live as long as this object's file descriptors: nothing is
-pinned, so a crashed reader detaches its programs as its process exits.
+Loading and attaching go through libbpf over ctypes (testbed/ecn/libbpf.py). The links live as long as this
+object's file descriptors: nothing is pinned, so a crashed reader detaches its programs as its process exits.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.ecn.libbpf import open_libbpf
 from testbed.errors import TestbedError
 from testbed.spec.link import ETH_HEADER
 from testbed.telemetry.netns import netns_path, run_in_netns
@@ -155,29 +155,9 @@ def check_config(slot_ns: int, drain_s: float, ports: int) -> int:
 
 def _libbpf() -> ctypes.CDLL:
     try:
-        lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+        return open_libbpf()
     except OSError as exc:
         raise QtelemError(f"libbpf.so.1 not found ({exc}): apt-get install libbpf1") from None
-    vp, cp, i = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    for name, res, args in (
-        ("bpf_object__open_file", vp, [cp, vp]),
-        ("bpf_object__load", i, [vp]),
-        ("bpf_object__close", None, [vp]),
-        ("bpf_object__find_map_by_name", vp, [vp, cp]),
-        ("bpf_object__find_program_by_name", vp, [vp, cp]),
-        ("bpf_map__set_max_entries", i, [vp, ctypes.c_uint32]),
-        ("bpf_program__set_autoload", i, [vp, ctypes.c_bool]),
-        ("bpf_map__fd", i, [vp]),
-        ("bpf_program__attach", vp, [vp]),
-        ("bpf_link__destroy", i, [vp]),
-        ("libbpf_get_error", ctypes.c_long, [vp]),
-        ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
-        ("libbpf_set_print", vp, [vp]),
-    ):
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-    lib.libbpf_set_print(None)  # its warnings go nowhere; failures come back as errno
-    return lib
 
 
 def _port_key(port: QtPort) -> tuple[int, int]:

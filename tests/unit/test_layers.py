@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "runtime",
         (
             "testbed.telemetry",
+            "testbed.pfc",
             "testbed.failures",
             "traffic",
             "testbed.calibrate",

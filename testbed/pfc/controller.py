@@ -1,0 +1,279 @@
+"""The PFC controller process: ``python3 -m testbed.pfc.controller --config F --out DIR``.
+
+It loads ``pfc.bpf.o`` (testbed/ecn/bpf/pfc.bpf.c), tells it the run's lossless queues, their thresholds and the
+routers' ingress ports, and waits on the program's ring buffer (epoll: nothing runs between events). An XOFF
+event names a queue and the ingress ports that fed it: each one's upstream port pauses the class (its tbf slowed
+to a crawl by one netlink request from a socket inside that namespace). The XON event resumes every upstream port
+no other queue still holds, and restarts its dequeue with one 60-byte frame through HTB's direct queue (Linux runs
+a qdisc again only on an enqueue or its own timer, and a resumed tbf has neither).
+
+On SIGINT it resumes every paused port, then writes ``pauses.csv`` (one row per pause of an upstream port) and
+``pfc.json`` (reaction times from the crossing in the kernel to the acknowledged change, its CPU, the queues).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.ecn.libbpf import RingCallback, open_libbpf
+from testbed.fabric.tc import PFC_PAUSE_RATE_BPS, PFC_RUN_RATE_FACTOR
+from testbed.pfc.errors import PfcError
+from testbed.pfc.tbfmsg import ack_error, tbf_change
+from testbed.spec.schemas import SCHEMAS
+from testbed.telemetry.netns import netns_path, run_in_netns
+
+OBJECT = Path(__file__).resolve().parents[2] / "build" / "bpf" / "pfc.bpf.o"
+PROGRAMS = ("pfc_enqueue", "pfc_dequeue")
+XOFF, XON = 1, 0
+EVENT = struct.Struct("<QQIIII")  # pfc.bpf.c's struct event: ts, feeders, backlog, id, kind, pad
+# struct queue_state: feeders, paused, id, xoff, xon, peak, crossings, lost, no_leaf
+QUEUE = struct.Struct("<QIIIIQQQQ")
+SO_PRIORITY_DIRECT = 0x10000  # skb->priority 1:0, HTB's own handle: its direct queue, no class counts it
+# a PFC frame (802.1Qbb MAC control, opcode 0x0101) with every quantum 0, i.e. "resume": the peer drops it
+KICK_FRAME = bytes.fromhex("0180c2000001") + bytes(6) + bytes.fromhex("88080101") + bytes(46)
+
+
+@dataclass
+class Upstream:
+    """An upstream port that pauses: its sockets in its namespace, and which queues hold it paused."""
+
+    feed: dict[str, Any]
+    nl: socket.socket
+    kick: socket.socket
+    ifindex: int
+    holders: set[int] = field(default_factory=set)
+    paused_at: float | None = None  # wall time the pause took effect
+    pauses: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _ino(ns: str) -> int:
+    return os.stat(netns_path(ns)).st_ino
+
+
+def _ifindex(ns: str, dev: str) -> int:
+    return int(run_in_netns(ns, lambda: socket.if_nametoindex(dev)))
+
+
+class Controller:
+    def __init__(self, queues: list[dict[str, Any]], feeds: list[dict[str, Any]], obj: Path = OBJECT):
+        if not obj.exists():
+            raise PfcError(f"{obj} is missing: build it with `python3 -m testbed.ecn.build`")
+        self.lib = open_libbpf()
+        self.wall_offset = time.time() - time.monotonic()
+        self.queues = queues
+        self.reactions_ns: list[int] = []
+        self.seq = 0
+        self.errors: list[str] = []
+        self.ups = [self._open(f) for f in feeds]
+        self.by_bit = {(f["router"], f["cls"], f["bit"]): i for i, f in enumerate(feeds)}
+        o = self.lib.bpf_object__open_file(os.fsencode(str(obj)), None)
+        if not o or self.lib.bpf_object__load(o) != 0:
+            raise PfcError(
+                f"the kernel refused pfc.bpf.o ({os.strerror(ctypes.get_errno())}): it needs BTF and tp_btf programs "
+                "on the qdisc_enqueue and qdisc_dequeue tracepoints"
+            )
+        self.obj = o
+        self.fd = {n: self.lib.bpf_map__fd(self.lib.bpf_object__find_map_by_name(o, n.encode()))
+                   for n in ("classes", "ingress", "queues", "events")}  # fmt: skip
+        self._fill(feeds)
+        self.links = []
+        for name in PROGRAMS:
+            link = self.lib.bpf_program__attach(self.lib.bpf_object__find_program_by_name(o, name.encode()))
+            if not link or self.lib.libbpf_get_error(link):
+                raise PfcError(f"cannot attach {name}: {os.strerror(ctypes.get_errno())}")
+            self.links.append(link)
+        self._cb = RingCallback(self._on_event)  # kept: libbpf calls it until the ring is freed
+        self.ring = self.lib.ring_buffer__new(self.fd["events"], self._cb, None, None)
+        if not self.ring:
+            raise PfcError(f"cannot open the event ring: {os.strerror(ctypes.get_errno())}")
+
+    def _put(self, m: str, key: bytes, value: bytes, what: str) -> None:
+        if self.lib.bpf_map_update_elem(self.fd[m], key, value, 0) != 0:
+            raise PfcError(f"cannot add {what} to the program: {os.strerror(ctypes.get_errno())}")
+
+    def _fill(self, feeds: list[dict[str, Any]]) -> None:
+        for i, q in enumerate(self.queues):
+            ino = _ino(q["router_netns"])
+            for d in q["dscp"]:
+                self._put("classes", struct.pack("<II", ino, d), struct.pack("<I", q["minor"]), f"DSCP {d}")
+            key = struct.pack("<IIII", ino, _ifindex(q["router_netns"], q["dev"]), q["minor"], 0)
+            self._put("queues", key, QUEUE.pack(0, 0, i, q["xoff"], q["xon"], 0, 0, 0, 0), f"queue {q['router']}")
+        for f in feeds:
+            key = struct.pack("<II", _ino(f["router_netns"]), _ifindex(f["router_netns"], f["ingress_dev"]))
+            self._put("ingress", key, struct.pack("<I", f["bit"]), f"ingress {f['router']}:{f['ingress_dev']}")
+
+    def _open(self, f: dict[str, Any]) -> Upstream:
+        def sockets() -> tuple[socket.socket, socket.socket, int]:
+            nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+            nl.bind((0, 0))
+            kick = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            kick.bind((f["upstream_dev"], 0))
+            kick.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, SO_PRIORITY_DIRECT)
+            return nl, kick, socket.if_nametoindex(f["upstream_dev"])
+
+        return Upstream(f, *run_in_netns(f["upstream_netns"], sockets))
+
+    def _set(self, up: Upstream, paused: bool) -> None:
+        """Pause or resume the upstream class; returns when the kernel acknowledged it."""
+        f = up.feed
+        self.seq += 1
+        rate = PFC_PAUSE_RATE_BPS if paused else PFC_RUN_RATE_FACTOR * f["rate_bps"]
+        minor = f["upstream_minor"]
+        up.nl.send(tbf_change(self.seq, up.ifindex, 0x10000 | minor, minor << 16, rate, f["frame"], f["buffer"]))
+        while (err := ack_error(up.nl.recv(65536), self.seq)) is None:
+            pass
+        if err:
+            raise PfcError(f"{f['upstream']}:{f['upstream_dev']} class 1:{minor:x}: tbf change: {os.strerror(err)}")
+        if not paused:
+            up.kick.send(KICK_FRAME)
+
+    def _hold(self, up: Upstream, qid: int, ts: int, backlog: int) -> None:
+        was = bool(up.holders)
+        up.holders.add(qid)
+        if was:
+            return
+        self._set(up, True)
+        done = time.monotonic_ns()
+        self.reactions_ns.append(done - ts)
+        up.paused_at = done / 1e9 + self.wall_offset
+        q = self.queues[qid]
+        up.pauses.append({"queue": f"{q['router']}->{q['peer']}", "backlog": backlog,
+                          "reaction_us": round((done - ts) / 1e3, 1)})  # fmt: skip
+
+    def _release(self, up: Upstream, qid: int) -> None:
+        if qid not in up.holders:
+            return
+        up.holders.discard(qid)
+        if up.holders:
+            return
+        self._set(up, False)
+        up.pauses[-1].update(t_start=up.paused_at, t_end=time.monotonic_ns() / 1e9 + self.wall_offset)
+        up.paused_at = None
+
+    def _on_event(self, _ctx: Any, data: int, size: int) -> int:
+        ts, feeders, backlog, qid, kind, _ = EVENT.unpack(ctypes.string_at(data, EVENT.size))
+        q = self.queues[qid]
+        try:
+            if kind == XOFF:
+                for bit in range(64):
+                    i = self.by_bit.get((q["router"], q["cls"], bit)) if feeders >> bit & 1 else None
+                    if i is not None and self.ups[i].feed["upstream"] != q["peer"]:
+                        self._hold(self.ups[i], qid, ts, backlog)
+            else:
+                for up in self.ups:
+                    self._release(up, qid)
+        except (OSError, PfcError) as exc:
+            self.errors.append(str(exc))
+        return 0
+
+    def run(self, stop: Callable[[], bool], ready: Path) -> None:
+        ready.write_text("ready\n")
+        while not stop():
+            if self.lib.ring_buffer__poll(self.ring, 100) < 0 and not stop():
+                err = ctypes.get_errno()
+                if err != 4:  # EINTR: the stop signal
+                    raise PfcError(f"ring buffer poll failed: {os.strerror(err)}")
+
+    def _queue_states(self) -> list[dict[str, Any]]:
+        out = []
+        for q in self.queues:
+            ino = _ino(q["router_netns"])
+            key = struct.pack("<IIII", ino, _ifindex(q["router_netns"], q["dev"]), q["minor"], 0)
+            raw = ctypes.create_string_buffer(QUEUE.size)
+            if self.lib.bpf_map_lookup_elem(self.fd["queues"], key, raw) == 0:
+                _, _, _, _, _, peak, crossings, lost, no_leaf = QUEUE.unpack(raw.raw)
+                out.append({"queue": f"{q['router']}->{q['peer']}", "class": q["cls"], "xoff": q["xoff"],
+                            "xon": q["xon"], "peak_bytes": peak, "crossings": crossings, "lost_events": lost,
+                            "unjudged_packets": no_leaf})  # fmt: skip
+        return out
+
+    def finish(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Detach, resume whatever is paused; the pause rows and the summary."""
+        for link in self.links:
+            self.lib.bpf_link__destroy(link)
+        self.lib.ring_buffer__poll(self.ring, 0)
+        end = time.time()
+        rows = []
+        for up in self.ups:
+            if up.paused_at is not None:
+                self._set(up, False)
+                up.pauses[-1].update(t_start=up.paused_at, t_end=end)
+            f = up.feed
+            for pz in up.pauses:
+                rows.append({"port": f"{f['upstream']}->{f['router']}", "node": f["upstream"], "dev": f["upstream_dev"],
+                             "router": f["router"], "class": f["cls"], "queue": pz["queue"],
+                             "t_start": round(pz["t_start"], 6), "t_end": round(pz["t_end"], 6),
+                             "duration_s": round(pz["t_end"] - pz["t_start"], 6), "backlog_bytes": pz["backlog"],
+                             "reaction_us": pz["reaction_us"]})  # fmt: skip
+        states = self._queue_states()
+        self.lib.ring_buffer__free(self.ring)
+        self.lib.bpf_object__close(self.obj)
+        r = np.array(self.reactions_ns, dtype=float) / 1e3
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        reaction: dict[str, Any] = {"n": int(r.size)}
+        if r.size:
+            reaction |= {"p50": round(float(np.median(r)), 1), "p99": round(float(np.percentile(r, 99)), 1),
+                         "max": round(float(r.max()), 1)}  # fmt: skip
+        summary = {
+            "queues": len(self.queues),
+            "upstream_ports": len(self.ups),
+            "pauses": len(rows),
+            "reaction_us": reaction,
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+            "lost_events": sum(s["lost_events"] for s in states),
+            "unjudged_packets": sum(s["unjudged_packets"] for s in states),
+            "queue_states": states,
+            "errors": self.errors[:10],
+        }
+        return rows, summary
+
+
+def write(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    cols = SCHEMAS["pauses"][0]
+    with open(out / "pauses.csv", "x", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(cols))
+        w.writeheader()
+        w.writerows(sorted(rows, key=lambda r: r["t_start"]))
+    (out / "pfc.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m testbed.pfc.controller", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = json.loads(args.config.read_text())
+    stopped: list[int] = []
+    signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+    ctl = Controller(cfg["queues"], cfg["feeds"])
+    try:
+        ctl.run(lambda: bool(stopped), args.out / "pfc.ready")
+    finally:
+        rows, summary = ctl.finish()
+        write(args.out, rows, summary)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as exc:
+        print(f"pfc: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(2)
