@@ -25,7 +25,7 @@ import struct
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from testbed.ecn.libbpf import RingCallback, open_libbpf
 from testbed.fabric.tc import PFC_PAUSE_RATE_BPS, PFC_RUN_RATE_FACTOR
+from testbed.pfc.book import PauseBook
 from testbed.pfc.errors import PfcError
 from testbed.pfc.tbfmsg import ack_error, tbf_change
 from testbed.spec.schemas import SCHEMAS
@@ -49,17 +50,14 @@ SO_PRIORITY_DIRECT = 0x10000  # skb->priority 1:0, HTB's own handle: its direct 
 KICK_FRAME = bytes.fromhex("0180c2000001") + bytes(6) + bytes.fromhex("88080101") + bytes(46)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Upstream:
-    """An upstream port that pauses: its sockets in its namespace, and which queues hold it paused."""
+    """An upstream port that pauses, and its sockets in its namespace."""
 
     feed: dict[str, Any]
     nl: socket.socket
     kick: socket.socket
     ifindex: int
-    holders: set[int] = field(default_factory=set)
-    paused_at: float | None = None  # wall time the pause took effect
-    pauses: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _ino(ns: str) -> int:
@@ -81,6 +79,7 @@ class Controller:
         self.seq = 0
         self.errors: list[str] = []
         self.ups = [self._open(f) for f in feeds]
+        self.book = PauseBook(len(self.ups))
         self.by_bit = {(f["router"], f["cls"], f["bit"]): i for i, f in enumerate(feeds)}
         o = self.lib.bpf_object__open_file(os.fsencode(str(obj)), None)
         if not o or self.lib.bpf_object__load(o) != 0:
@@ -143,28 +142,8 @@ class Controller:
         if not paused:
             up.kick.send(KICK_FRAME)
 
-    def _hold(self, up: Upstream, qid: int, ts: int, backlog: int) -> None:
-        was = bool(up.holders)
-        up.holders.add(qid)
-        if was:
-            return
-        self._set(up, True)
-        done = time.monotonic_ns()
-        self.reactions_ns.append(done - ts)
-        up.paused_at = done / 1e9 + self.wall_offset
-        q = self.queues[qid]
-        up.pauses.append({"queue": f"{q['router']}->{q['peer']}", "backlog": backlog,
-                          "reaction_us": round((done - ts) / 1e3, 1)})  # fmt: skip
-
-    def _release(self, up: Upstream, qid: int) -> None:
-        if qid not in up.holders:
-            return
-        up.holders.discard(qid)
-        if up.holders:
-            return
-        self._set(up, False)
-        up.pauses[-1].update(t_start=up.paused_at, t_end=time.monotonic_ns() / 1e9 + self.wall_offset)
-        up.paused_at = None
+    def _now(self) -> float:
+        return time.monotonic_ns() / 1e9 + self.wall_offset
 
     def _on_event(self, _ctx: Any, data: int, size: int) -> int:
         ts, feeders, backlog, qid, kind, _ = EVENT.unpack(ctypes.string_at(data, EVENT.size))
@@ -173,14 +152,25 @@ class Controller:
             if kind == XOFF:
                 for bit in range(64):
                     i = self.by_bit.get((q["router"], q["cls"], bit)) if feeders >> bit & 1 else None
-                    if i is not None and self.ups[i].feed["upstream"] != q["peer"]:
-                        self._hold(self.ups[i], qid, ts, backlog)
+                    if i is None or self.ups[i].feed["upstream"] == q["peer"] or not self.book.hold(i, qid):
+                        continue
+                    self._set(self.ups[i], True)
+                    done = time.monotonic_ns()
+                    self.reactions_ns.append(done - ts)
+                    self.book.paused(i, done / 1e9 + self.wall_offset, self._row(i, q, backlog, done - ts))
             else:
-                for up in self.ups:
-                    self._release(up, qid)
+                for i in self.book.release(qid):
+                    self._set(self.ups[i], False)
+                    self.book.resumed(i, self._now())
         except (OSError, PfcError) as exc:
             self.errors.append(str(exc))
         return 0
+
+    def _row(self, i: int, q: dict[str, Any], backlog: int, reaction_ns: int) -> dict[str, Any]:
+        f = self.ups[i].feed
+        return {"port": f"{f['upstream']}->{f['router']}", "node": f["upstream"], "dev": f["upstream_dev"],
+                "router": f["router"], "class": f["cls"], "queue": f"{q['router']}->{q['peer']}",
+                "backlog_bytes": backlog, "reaction_us": round(reaction_ns / 1e3, 1)}  # fmt: skip
 
     def run(self, stop: Callable[[], bool], ready: Path) -> None:
         ready.write_text("ready\n")
@@ -208,19 +198,9 @@ class Controller:
         for link in self.links:
             self.lib.bpf_link__destroy(link)
         self.lib.ring_buffer__poll(self.ring, 0)
-        end = time.time()
-        rows = []
-        for up in self.ups:
-            if up.paused_at is not None:
-                self._set(up, False)
-                up.pauses[-1].update(t_start=up.paused_at, t_end=end)
-            f = up.feed
-            for pz in up.pauses:
-                rows.append({"port": f"{f['upstream']}->{f['router']}", "node": f["upstream"], "dev": f["upstream_dev"],
-                             "router": f["router"], "class": f["cls"], "queue": pz["queue"],
-                             "t_start": round(pz["t_start"], 6), "t_end": round(pz["t_end"], 6),
-                             "duration_s": round(pz["t_end"] - pz["t_start"], 6), "backlog_bytes": pz["backlog"],
-                             "reaction_us": pz["reaction_us"]})  # fmt: skip
+        for i in self.book.still_paused():
+            self._set(self.ups[i], False)
+        rows = self.book.end(self._now())
         states = self._queue_states()
         self.lib.ring_buffer__free(self.ring)
         self.lib.bpf_object__close(self.obj)

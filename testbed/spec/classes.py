@@ -7,9 +7,9 @@ Each class has a name, the DSCP values it takes, a scheduling kind and its own b
 - ``weight: W`` (1..100): a weighted share of what the strict classes leave. Backlogged weighted classes split it
   in the ratio of their weights.
 
-A class may be ``lossless: {xoff: SIZE, xon: SIZE}`` (PFC-style; xon defaults to half of xoff): when a router
-holds more than XOFF of the class's bytes that came in on one port, the port upstream of it pauses the class
-until the router holds less than XON (testbed.pfc runs it; testbed.fabric.pfc checks the headroom).
+A class may be ``lossless: {xoff: SIZE, xon: SIZE}`` (PFC-style; xon defaults to half of xoff; ``false``: off):
+when a router's queue of the class holds more than XOFF, the ports upstream of the router that fed it pause the
+class until the queue holds less than XON (testbed.pfc runs it; testbed.fabric.pfc checks the headroom).
 
 Packets whose DSCP no class names go to the ``default: true`` class (or the class holding DSCP 0). The port holds
 at most ``MAX_CLASSES`` (HTB's eight priorities, as 802.1p's eight traffic classes). The plan that HTB runs, which
@@ -93,7 +93,8 @@ def _parse_class(data: Any, path: str, marking_reader: Any) -> TrafficClass:
     buffer = unit(sub(path, "buffer"), parse_size, data["buffer"]) if "buffer" in data else None
     ecn = marking_reader(data["ecn"], sub(path, "ecn")) if "ecn" in data else None
     default = boolean(sub(path, "default"), data.get("default", False))
-    lossless = parse_lossless(data["lossless"], sub(path, "lossless")) if "lossless" in data else None
+    raw_pfc = data.get("lossless", False)  # false: off (a sweep can turn it off)
+    lossless = None if raw_pfc is False else parse_lossless(raw_pfc, sub(path, "lossless"))
     return TrafficClass(cname, dscp, priority, weight, buffer, ecn, default, lossless)
 
 
