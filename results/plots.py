@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from results import plots_classes, plots_events, plots_kernel
+from results import plots_classes, plots_events, plots_kernel, plots_pfc
 from results.compare import Comparison, Row
 from results.metrics import load_window
 from results.record import Run
@@ -293,6 +293,7 @@ FIGURES: dict[str, tuple[str, Callable[[Comparison, StyleRegistry], Figure]]] = 
         "Traffic classes at the busiest port with classes",
         lambda c, r: plots_classes.class_throughput(c, r, NoData),
     ),
+    "pause_time": ("PFC pause time per port and hop", lambda c, r: plots_pfc.pause_time(c, r, NoData)),
     "microburst": ("Largest microburst at slot resolution", lambda c, r: plots_kernel.microburst(c, r, NoData)),
     "cdf_sojourn": ("CDF of per-packet sojourn time", lambda c, r: plots_kernel.cdf_sojourn(c, r, NoData)),
     "cdf_dequeue_gap": (

@@ -388,6 +388,13 @@ def write_run(parent: Path, buffer_kb: int, rep: int, when: datetime, killed: bo
                 **{"tx_bytes": sent, "tx_pkts": sent // 9014, "drops": drops[hot] * dropped, "backlog_bytes": 0},
             }
         )
+    pw = rec.table("pauses")  # PFC pauses spreading from the hot port's queue, no draws (the pause figure)
+    for i, (port, queue, d) in enumerate((("s1->l2", "l2->l2h1", 0.4),
+                                          ("l1->s1", "s1->l2", 0.2 if shallow else 0.1))):  # fmt: skip
+        node, router = port.split("->")
+        pw.write({"port": port, "node": node, "dev": f"{node}-{router}", "router": router, "class": "be",
+                  "queue": queue, "t_start": t0 + 1 + i, "t_end": t0 + 1 + i + d, "duration_s": d,
+                  "backlog_bytes": buf // 2, "reaction_us": 90.0})  # fmt: skip
     rec.set(
         "tc_after", {"l2": f"qdisc bfifo 10: parent 1:1 limit {buf}b\n Sent {tx[hot]} bytes (dropped {drops[hot]})"}
     )
