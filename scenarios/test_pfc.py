@@ -1,10 +1,14 @@
 """Lossless classes (issue 18): PFC-style pause, as RoCEv2 fabrics run it.
 
-Reproduces: priority flow control makes an incast lossless, at the cost of head-of-line blocking. A pause stops a
-port's whole class, so a flow that shares a paused port with the incast, but not its bottleneck, is held back
-too (the "victim flow" of PFC's congestion spreading; scenarios/pfc_incast.yaml).
+Reproduces:
+- priority flow control makes an incast lossless, at the cost of head-of-line blocking. A pause stops a port's
+  whole class, so a flow that shares a paused port with the incast, but not its bottleneck, is held back too (the
+  "victim flow" of PFC's congestion spreading; scenarios/pfc_incast.yaml);
+- PFC plus ECN (the DCQCN-era recipe): marking below XOFF slows the senders before the queue needs a pause, and
+  cuts the pause time (scenarios/pfc_ecn.yaml).
 
-``TESTBED_REVERSED=1`` turns the class lossless at the second point instead of the first.
+``TESTBED_REVERSED=1`` turns the class lossless at the second point instead of the first, and marks ECN at the
+first point instead of the second.
 """
 
 from __future__ import annotations
@@ -16,11 +20,16 @@ pytestmark = [pytest.mark.root]
 
 REVERSED_OVERRIDES = {
     "pfc_incast": {"sweep": {"fabric.host_link.classes.0.lossless": [False, {"xoff": "40KB", "xon": "20KB"}]}},
+    "pfc_ecn": {"sweep": {"fabric.host_link.classes.0.ecn": [{"mode": "step", "k": "30KB"}, "off"]}},
 }
 
 
 def test_pfc_makes_an_incast_lossless_and_holds_back_a_victim(judged):
     judged("pfc_incast", judge_pfc, REVERSED_OVERRIDES)
+
+
+def test_ecn_below_xoff_cuts_the_pause_time(judged):
+    judged("pfc_ecn", judge_pfc_ecn, REVERSED_OVERRIDES)
 
 
 def _drops(point) -> int:
@@ -48,4 +57,21 @@ def judge_pfc(exp):
         v_pfc < 0.5 * v_lossy,
         f"the victim ran at {v_pfc:.3f} of its port under PFC against {v_lossy:.3f} without; expected under half "
         "(the pauses of the ports it shares with the incast hold it back)",
+    )
+
+
+def judge_pfc_ecn(exp):
+    pfc, marked = exp.points  # sweep order: PFC alone, then PFC with ECN on the class
+    seen = {}
+    for label, p in (("PFC alone", pfc), ("PFC + ECN", marked)):
+        pause_s = sum(float(r["duration_s"]) for r in p.table("pauses"))
+        marks = sum(int(r["marks"]) for r in p.table("marks")) if p.table("marks") else 0
+        seen[label] = (_drops(p), pause_s, marks)
+        print(f"{label} ({p.variant}): rdma drops {seen[label][0]}, {pause_s:.2f} pause-seconds, {marks} CE marks")
+    (d0, s0, _), (d1, s1, m1) = seen["PFC alone"], seen["PFC + ECN"]
+    exp.expect(d0 == 0 and d1 == 0, f"the lossless class dropped {d0} and {d1} packets; expected 0 at both points")
+    exp.expect(m1 > 0, f"the class marked {m1} packets with ECN on; expected marks")
+    exp.expect(
+        s1 < 0.6 * s0,
+        f"{s1:.2f} pause-seconds with ECN against {s0:.2f} without; expected under 0.6 x (marking below XOFF)",
     )

@@ -45,6 +45,20 @@ def choose_impl(marking: Marking, caps: Capabilities) -> Impl:
     raise EcnError(f"no ECN marking implementation here: {red_why}; and {bpf_why}")
 
 
+def class_impl(marking: Marking, caps: Capabilities, lossless: bool) -> Impl:
+    """A traffic class's marking implementation: as ``choose_impl``, except that a lossless class's queue is a tbf
+    (testbed.fabric.tc.pause_leaf), which kernel RED cannot be: it needs the eBPF marker, which reads the class's
+    own queue."""
+    if not lossless:
+        return choose_impl(marking, caps)
+    if marking.impl == "kernel":
+        raise EcnError("a lossless class queues in a tbf, so kernel RED cannot mark it: use ecn impl 'bpf' or 'auto'")
+    if not caps.ecn.bpf_marker:
+        why = caps.ecn.bpf_marker_reason or "the eBPF marker cannot be loaded here"
+        raise EcnError(f"a lossless class marks with the eBPF marker only (its queue is a tbf), and {why}")
+    return "bpf"
+
+
 def fifo_args(link: LinkSpec) -> list[str]:
     """Drop-tail leaf: pfifo when the buffer is given in packets, else bfifo in bytes."""
     if link.buffer.unit == "packets":

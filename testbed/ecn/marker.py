@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.ecn import bpfsys
 from testbed.ecn.errors import EcnError
 from testbed.ecn.sysrun import BPFFS, detach_tc, ensure_bpffs, remove_empty, run, tool, unpin
+from testbed.spec.classes import TrafficClass
 from testbed.spec.link import LinkSpec, Marking
 
 CFG = struct.Struct("<IIII")  # mode, low, high, pmax (struct marker_cfg)
@@ -58,8 +60,12 @@ class MarkerSet:
         """Pinned paths this set owns (for the run's state file)."""
         return [str(p.pin_dir) for p in self._ports.values()]
 
-    def attach(self, netns: str, dev: str, marking: Marking, link: LinkSpec) -> None:
-        if marking.mode == "off":
+    def attach(
+        self, netns: str, dev: str, marking: Marking, link: LinkSpec, classes: Sequence[tuple[TrafficClass, int]] = ()
+    ) -> None:
+        """Mark the port's queue with ``marking``; with ``classes`` ((class, HTB minor) pairs), mark each of those
+        classes' own queue with its marking instead (a port with classes has no port-wide marking)."""
+        if marking.mode == "off" and not classes:
             raise EcnError(f"{netns}/{dev}: marking is off, nothing to attach")
         if (netns, dev) in self._ports:
             raise EcnError(f"{netns}/{dev}: a marker is already attached")
@@ -91,10 +97,16 @@ class MarkerSet:
                 hint = KFUNC_HINT if "bpf_cast_to_kern_ctx" in why or "kfunc" in why else "see the verifier log"
                 raise EcnError(f"loading the eBPF marker for {netns}/{dev} failed: {hint}\n{why}")
             cfg_fd = bpfsys.obj_get(pin_dir / "cfg")
+            classes_fd = bpfsys.obj_get(pin_dir / "classes")
             try:
-                bpfsys.update(cfg_fd, 0, config_bytes(marking, link))
+                bpfsys.update(cfg_fd, 0, CFG.pack(0, 0, 0, 0) if classes else config_bytes(marking, link))
+                for c, minor in classes:
+                    entry = config_bytes(link.class_marking(c), link.class_link(c)) + struct.pack("<II", minor, 0)
+                    for d in c.dscp:
+                        bpfsys.update(classes_fd, d, entry)
             finally:
                 os.close(cfg_fd)
+                os.close(classes_fd)
             port.stats_fd = bpfsys.obj_get(pin_dir / "stats")
             run(["tc", "qdisc", "add", "dev", dev, "clsact"], netns)
             port.clsact_ours = True

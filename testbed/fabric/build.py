@@ -39,7 +39,9 @@ from testbed.host.ownership import RunLock, RunState, delete_netns
 from testbed.host.probe import probe
 from testbed.host.procs import ProcessGroup, run_checked
 from testbed.host.sysctls import set_in_netns
+from testbed.spec.classes import htb_plan
 from testbed.spec.fabric import FabricSpec
+from testbed.spec.link import ETH_HEADER
 from testbed.spec.topology import HostInfo, Port
 
 if TYPE_CHECKING:  # testbed.ecn is imported where it is used: its import failing is reported as a CapabilityError
@@ -297,13 +299,14 @@ class Fabric:
     # --- ECN marking and congestion control (testbed.ecn) -------------------------------------------------------
     def _leaf_builder(self) -> Callable[[Any], list[str]]:
         marked = [p for p in self.topo.ports() if p.link.marking.mode != "off" and not p.link.classes]
-        classed = [p for p in self.topo.ports() if any(p.link.class_marking(c).mode != "off" for c in p.link.classes)]
+        classed = {p.name: self._bpf_classes(p) for p in self.topo.ports() if p.link.classes}
+        classed = {name: cs for name, cs in classed.items() if cs is not None}
         if not marked and not classed:
             return tc.droptail_leaf
         from testbed import ecn
 
         impls = {p.name: ecn.choose_impl(p.link.marking, self.caps) for p in marked}
-        impls.update({p.name: "kernel" for p in classed})  # per class: RED leaves (_check_class_marking)
+        impls.update({name: "bpf" if cs else "kernel" for name, cs in classed.items()})  # kernel: RED leaves
         self.marking = {"ports": impls, "impls": sorted(set(impls.values()))}
 
         def leaf(link: Any) -> list[str]:
@@ -312,6 +315,21 @@ class Fabric:
             return tc.droptail_leaf(link)
 
         return leaf
+
+    def _bpf_classes(self, port: Port) -> list[tuple[Any, int]] | None:
+        """The port's classes that the eBPF marker marks, with their HTB minors; None when no class marks."""
+        from testbed import ecn
+
+        plan = htb_plan(port.link.classes, port.link.mtu + ETH_HEADER)
+        out, marks = [], False
+        for c, h in zip(port.link.classes, plan, strict=True):
+            m = port.link.class_marking(c)
+            if m.mode == "off":
+                continue
+            marks = True
+            if ecn.class_impl(m, self.caps, c.lossless is not None) == "bpf":
+                out.append((c, h.minor))
+        return out if marks else None
 
     def _attach_markers(self) -> None:
         bpf_ports = [p for p in self.topo.ports() if self.marking.get("ports", {}).get(p.name) == "bpf"]
@@ -324,7 +342,8 @@ class Fabric:
         markers = self._markers = ecn.MarkerSet(self.prefix, DEFAULT_OUT)
         self.state.add("bpf_pins", str(markers.root))
         for p in bpf_ports:
-            markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link)
+            classes = self._bpf_classes(p) if p.link.classes else ()
+            markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link, classes or ())
 
     def _prepare_transport(self) -> None:
         """Make the hosts' congestion control usable (kernel module, or BPF struct_ops DCTCP), recorded for clean."""

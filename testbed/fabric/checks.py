@@ -47,17 +47,17 @@ def check_spec(spec: FabricSpec, caps: Capabilities) -> Topology:
 
 
 def _check_class_marking(ports: list[Port], caps: Capabilities) -> None:
-    """A traffic class marks ECN on its own queue, which only kernel RED as the class's leaf can do here: the eBPF
-    marker sits before the qdisc and reads the port's whole backlog."""
+    """A traffic class marks ECN on its own queue: kernel RED as the class's leaf, or the eBPF marker reading the
+    class's leaf backlog (a lossless class's queue is a tbf: the marker only); one line naming the port and class
+    when neither can here."""
+    from testbed import ecn
+
     for p in ports:
         for c in p.link.classes:
             m = p.link.class_marking(c)
             if m.mode == "off":
                 continue
-            if m.impl == "bpf" or not caps.ecn.sch_red:
-                why = "ecn impl 'bpf' was asked for" if m.impl == "bpf" else "this kernel lacks sch_red"
-                raise CapabilityError(
-                    f"port {p.name} class {c.name}: per-class ECN marking needs kernel RED (sch_red) as the class's "
-                    f"queue, and {why} (the eBPF marker reads the port's whole queue, not the class's): run in the "
-                    "guest kernel mode (python3 -m testbed vm), or leave ecn off in classes"
-                )
+            try:
+                ecn.class_impl(m, caps, c.lossless is not None)
+            except ecn.EcnError as exc:
+                raise CapabilityError(f"port {p.name} class {c.name}: per-class ECN marking: {exc}") from None

@@ -101,12 +101,18 @@ def test_a_port_without_classes_keeps_its_one_leaf() -> None:
     assert lines[0].endswith("htb default 1") and lines[-1].split(" handle ")[1].startswith("10:")
 
 
-def test_per_class_ecn_without_kernel_red_is_refused_before_building() -> None:
-    caps = Capabilities.from_dict({**PROBED, "qdisc.bfifo": True, "cc.cubic": True})  # no sch_red, as here
-    spec = _fabric([{"name": "a", "dscp": 0, "weight": 1, "ecn": {"mode": "step", "k": "30KB"}}])
-    with pytest.raises(CapabilityError, match=r"port l1->l1h1 class a: per-class ECN marking needs kernel RED"):
-        check_spec(spec, caps)
-    check_spec(_fabric(), caps)  # classes without ECN build here
+def test_per_class_ecn_uses_the_ebpf_marker_without_kernel_red() -> None:
+    ecn = {"sch_red": False, "bpf_marker": False, "bpf_marker_reason": "no BTF"}
+    caps = Capabilities.from_dict({**PROBED, "qdisc.bfifo": True, "cc.cubic": True, "ecn": ecn})
+    marked = [{"name": "a", "dscp": 0, "weight": 1, "ecn": {"mode": "step", "k": "30KB"}}]
+    with pytest.raises(CapabilityError, match=r"port l1->l1h1 class a: per-class ECN marking: no ECN marking .*no BTF"):
+        check_spec(_fabric(marked), caps)
+    check_spec(_fabric(), caps)  # classes without ECN build anywhere
+    caps = Capabilities.from_dict({**PROBED, "qdisc.bfifo": True, "cc.cubic": True, "ecn": {**ecn, "bpf_marker": True}})
+    check_spec(_fabric(marked), caps)  # the marker reads the class's own queue
+    kernel = [{**marked[0], "ecn": {"mode": "step", "k": "30KB", "impl": "kernel"}}]
+    with pytest.raises(CapabilityError, match="needs sch_red"):
+        check_spec(_fabric(kernel), caps)
 
 
 def test_class_rows_read_each_leaf() -> None:

@@ -171,3 +171,18 @@ def test_the_pfc_check_holds_the_reaction_to_the_headroom_bound() -> None:
     assert check_pfc(slow)["ok"] is False and "sized for" in check_pfc(slow)["reason"]
     assert check_pfc({**ok, "lost_events": 3})["ok"] is False
     assert check_pfc({"reaction_us": {"n": 0}})["ok"] is None
+
+
+def test_a_lossless_class_marks_only_with_the_ebpf_marker() -> None:
+    from testbed.ecn import EcnError, class_impl
+    from testbed.spec.link import Marking
+
+    step = Marking.from_dict({"mode": "step", "k": "30KB"}, "ecn")
+    both = Capabilities.from_dict({"ecn": {"sch_red": True, "bpf_marker": True}})
+    assert class_impl(step, both, lossless=False) == "kernel"  # RED as the class's leaf, where the kernel has it
+    assert class_impl(step, both, lossless=True) == "bpf"  # a tbf leaf: the marker reads the class's own queue
+    with pytest.raises(EcnError, match="kernel RED cannot mark it"):
+        class_impl(Marking.from_dict({"mode": "step", "k": "30KB", "impl": "kernel"}, "ecn"), both, lossless=True)
+    red_only = Capabilities.from_dict({"ecn": {"sch_red": True, "bpf_marker": False, "bpf_marker_reason": "no BTF"}})
+    with pytest.raises(EcnError, match="no BTF"):
+        class_impl(step, red_only, lossless=True)

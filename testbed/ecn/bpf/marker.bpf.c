@@ -5,6 +5,9 @@
  * packet arrives to. step: CE on every ECT packet when backlog >= low. ramp: probability 0 at low rising
  * linearly to pmax at high, 1 above high. Never drops: the leaf bfifo/pfifo drops above its limit.
  * Reading the backlog needs bpf_cast_to_kern_ctx (Linux 6.2+); the loader fails loudly without it.
+ *
+ * A port with traffic classes marks per class: `classes` holds, by DSCP, the class's thresholds and its HTB minor,
+ * and the backlog read is that class's leaf queue (found in HTB's class hash under the root), not the port's.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -32,6 +35,14 @@ struct marker_cfg {
 	__u32 pmax;     /* Pmax scaled to 0..0xffffffff */
 };
 
+struct class_cfg {
+	struct marker_cfg m; /* mode OFF: the class does not mark (the port's cfg does not apply to a classed port) */
+	__u32 minor;         /* the class's HTB minor: its leaf is 1:minor's qdisc */
+	__u32 pad;
+};
+
+#define CHAIN_MAX 8 /* classes walked in one HTB hash bucket */
+
 struct marker_stats {
 	__u64 marks;        /* packets this program set to CE */
 	__u64 ect_seen;     /* ECN-capable IP packets (ECT(0), ECT(1), or CE already) */
@@ -54,9 +65,48 @@ struct {
 	__type(value, struct marker_stats);
 } stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 64);
+	__type(key, __u32); /* DSCP */
+	__type(value, struct class_cfg);
+} classes SEC(".maps");
+
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
-static __always_inline int ecn_field(struct __sk_buff *ctx, __u8 *ecn)
+/* The byte backlog of HTB class 1:minor's leaf qdisc under root `q` (qdisc_class_find on HTB's class hash); -1
+ * when it is not there. The same walk as pfc.bpf.c's. */
+static __always_inline __s64 leaf_backlog(struct Qdisc *q, __u32 minor)
+{
+	struct htb_sched *hs = (void *)q->privdata;
+	struct Qdisc_class_hash clhash;
+	struct hlist_head head;
+	struct hlist_node *node;
+	__u32 id = (1 << 16) | minor, h = id;
+
+	if (bpf_probe_read_kernel(&clhash, sizeof(clhash), &hs->clhash))
+		return -1;
+	h ^= h >> 8;
+	h ^= h >> 4;
+	h &= clhash.hashmask;
+	if (bpf_probe_read_kernel(&head, sizeof(head), clhash.hash + h))
+		return -1;
+	node = head.first;
+	for (int i = 0; i < CHAIN_MAX && node; i++) {
+		struct Qdisc_class_common *c = container_of(node, struct Qdisc_class_common, hnode);
+
+		if (BPF_CORE_READ(c, classid) == id) {
+			struct htb_class *cl = (void *)c;
+
+			return BPF_CORE_READ(cl, leaf.q, qstats.backlog);
+		}
+		node = BPF_CORE_READ(node, next);
+	}
+	return -1;
+}
+
+/* The ECN field and the DSCP of an IP packet */
+static __always_inline int ecn_field(struct __sk_buff *ctx, __u8 *ecn, __u32 *dscp)
 {
 	__u8 b[2];
 
@@ -64,12 +114,14 @@ static __always_inline int ecn_field(struct __sk_buff *ctx, __u8 *ecn)
 		if (bpf_skb_load_bytes(ctx, ETH_HLEN + 1, b, 1))
 			return -1;
 		*ecn = b[0] & 3;
+		*dscp = b[0] >> 2;
 		return 0;
 	}
 	if (ctx->protocol == bpf_htons(ETH_P_IPV6)) {
 		if (bpf_skb_load_bytes(ctx, ETH_HLEN, b, 2))
 			return -1;
 		*ecn = (b[1] >> 4) & 3;
+		*dscp = ((b[0] & 0xf) << 2) | (b[1] >> 6);
 		return 0;
 	}
 	return -1;
@@ -95,19 +147,25 @@ int ecn_mark(struct __sk_buff *ctx)
 {
 	struct marker_stats *st;
 	struct marker_cfg *c;
+	struct class_cfg *cc;
 	struct sk_buff *skb;
 	struct net_device *dev;
 	struct Qdisc *q;
-	__u32 zero = 0, backlog, qflags;
+	__u32 zero = 0, backlog, qflags, dscp = 0, minor = 0; /* minor: the class's, when it marks per class */
 	__u64 segs;
 	__u8 ecn;
 
 	c = bpf_map_lookup_elem(&cfg, &zero);
 	st = bpf_map_lookup_elem(&stats, &zero);
-	if (!c || !st || c->mode == MODE_OFF)
+	if (!c || !st || ecn_field(ctx, &ecn, &dscp))
 		return TC_ACT_OK;
-	if (ecn_field(ctx, &ecn))
+	cc = bpf_map_lookup_elem(&classes, &dscp);
+	if (cc && cc->m.mode != MODE_OFF) {
+		c = &cc->m;
+		minor = cc->minor;
+	} else if (c->mode == MODE_OFF) {
 		return TC_ACT_OK;
+	}
 	segs = ctx->gso_segs > 1 ? ctx->gso_segs : 1;
 	if (ecn == 0) {
 		st->not_ect += segs;
@@ -123,7 +181,17 @@ int ecn_mark(struct __sk_buff *ctx)
 		st->unreadable += segs;
 		return TC_ACT_OK;
 	}
-	backlog = BPF_CORE_READ(q, qstats.backlog);
+	if (!minor) {
+		backlog = BPF_CORE_READ(q, qstats.backlog);
+	} else {
+		__s64 b = leaf_backlog(q, minor);
+
+		if (b < 0) {
+			st->unreadable += segs;
+			return TC_ACT_OK;
+		}
+		backlog = b;
+	}
 	if (backlog > st->max_backlog)
 		st->max_backlog = backlog;
 
