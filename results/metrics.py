@@ -266,7 +266,13 @@ def cpu(run: Run, s: Summary) -> None:
 
 
 def _fabric_metrics() -> list[Callable[[Run, Summary], None]]:
-    return [metrics_fabric.queues, metrics_fabric.links, metrics_fabric.ecmp, metrics_fabric.netstat]
+    return [
+        metrics_fabric.queues,
+        metrics_fabric.links,
+        metrics_fabric.ecmp,
+        metrics_fabric.netstat,
+        metrics_fabric.pauses,
+    ]
 
 
 def summarize(run: Run) -> dict[str, Any]:
@@ -324,6 +330,8 @@ METRICS = (
     "rtt_p99_s",
     "drops_total",
     "marks_total",
+    "pauses_total",
+    "pause_s_total",
     "overlimits_total",
     "queue_backlog_max_bytes",
     "queue_backlog_p99_bytes",

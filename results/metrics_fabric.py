@@ -279,3 +279,17 @@ def netstat(run: Run, s: Summary) -> None:
             s.na(metric, f"no TCP counters: {reason(table)}")
         else:
             s.na(metric, f"netstat.csv has no start and end value of {' or '.join(counters)}")
+
+
+def pauses(run: Run, s: Summary) -> None:
+    """PFC pauses (pauses.csv): how many, the pause-seconds of all ports, and per port."""
+    if run.manifest.get("pfc") is None:
+        for name in ("pauses_total", "pause_s_total"):
+            s.na(name, "no lossless class: nothing pauses")
+        return
+    tab = run.table("pauses")
+    dur = numbers(tab, "duration_s") if not tab.empty else pd.Series(dtype=float)
+    s.put("pauses_total", len(tab))
+    s.put("pause_s_total", float(dur.sum()))
+    if not tab.empty:
+        s.put("pause_s_by_port", {str(k): float(v) for k, v in tab.assign(d=dur).groupby("port")["d"].sum().items()})
