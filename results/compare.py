@@ -51,7 +51,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cpu_saturated_share", "CPU saturated", "%"),
     ("harness_cpu_share", "harness CPU", "%"),
 )
-_SCALE = {"Mb/s": 1e-6, "ms": 1e3, "KB": 1e-3, "%": 100.0, "x": 1.0, "n": 1.0}
+_SCALE = {"Mb/s": 1e-6, "ms": 1e3, "KB": 1e-3, "%": 100.0, "x": 1.0, "n": 1.0, "s": 1.0}
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -245,10 +245,21 @@ def compare(runs: Sequence[Run], summaries: dict[str, dict[str, Any]] | None = N
     if any(s.get("exposed_comm_s") is not None for s in summaries.values()):  # a trace or DDP step was replayed
         at = next(i for i, c in enumerate(columns) if c[0] == "measured_over_ideal") + 1
         columns[at:at] = [("exposed_comm_s", "exposed comm", "ms"), ("exposed_comm_share", "exposed share", "%")]
+    tclasses = sorted({c for s in summaries.values() for c in (s.get("fct_by_traffic_class") or {})})
+    if tclasses:  # traffic classes: each one's FCT tail beside the run's
+        at = next(i for i, c in enumerate(columns) if c[0] == "fct_p999_s") + 1
+        columns[at:at] = [(f"fct_p99[{c}]", f"FCT p99 {c}", "ms") for c in tclasses]
+    if any(s.get("pauses_total") is not None for s in summaries.values()):  # lossless classes: PFC's pauses
+        at = next(i for i, c in enumerate(columns) if c[0] == "marks_total") + 1
+        columns[at:at] = [("pauses_total", "pauses", "n"), ("pause_s_total", "pause time", "s")]
     rows = []
     for key in keys:
         rs = groups[key]
         sums = [dict(summaries[r.run_id]) for r in rs]
+        for s in sums:  # per-class FCT as flat keys
+            for c in tclasses:
+                s[f"fct_p99[{c}]"] = ((s.get("fct_by_traffic_class") or {}).get(c) or {}).get("p99_s")
+                s.setdefault("not_applicable", {})[f"fct_p99[{c}]"] = f"no finished flow in class {c}"
         for s in sums:  # per-job goodput as flat keys
             for j in jobs:
                 per = s.get("goodput_per_job_bps") or {}

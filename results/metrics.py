@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from results import metrics_fabric, metrics_trace, nccl_tests
+from results.metrics_classes import class_of_jobs
 from results.record import NCCL_TESTS, SUMMARY, Run, RunRecord, load_run, write_json_atomic
 from results.stats import jain_index, percentiles
 from results.summary import Summary
@@ -168,6 +169,13 @@ def fct(run: Run, s: Summary) -> None:
         c50, c99, c999 = percentiles(vals.to_numpy(), [50, 99, 99.9])
         by_class[str(cls)] = {"n": len(vals), "p50_s": c50, "p99_s": c99, "p999_s": c999}
     s.put("fct_by_class", by_class)
+    traffic = class_of_jobs(run.manifest)
+    if traffic:  # a fabric with traffic classes: each class's flows, by their job's DSCP
+        per = {}
+        for c, vals in t.groupby(done["job"].astype(str).map(traffic).fillna("?"), sort=True):
+            c50, c99 = percentiles(vals.to_numpy(), [50, 99])
+            per[str(c)] = {"n": len(vals), "p50_s": c50, "p99_s": c99}
+        s.put("fct_by_traffic_class", per)
 
 
 def load_window(run: Run) -> tuple[float, float] | None:

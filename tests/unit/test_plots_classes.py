@@ -51,3 +51,22 @@ def test_no_classes_is_no_data(tmp_path: Path) -> None:
     cmp = compare([load_run(rec.path)])
     with pytest.raises(NoData, match="no run had traffic classes"):
         class_throughput(cmp, StyleRegistry(cmp.labels), NoData)
+
+
+def test_fct_is_summarised_per_traffic_class(tmp_path: Path) -> None:
+    from results.metrics import summarize
+    from results.metrics_classes import class_of_jobs
+
+    classes = [{"name": "ctrl", "dscp": [46]}, {"name": "be", "dscp": [0]}]
+    workload = [{"name": "probe", "dscp": 46}, {"name": "bulk"}, {"name": "odd", "dscp": 12}]
+    scenario = {"fabric": {"host_link": {"classes": classes}}, "workload": workload}
+    assert class_of_jobs({"scenario": scenario}) == {"probe": "ctrl", "bulk": "be", "odd": "be"}  # DSCP 12: default
+    assert class_of_jobs({"scenario": {"fabric": {"host_link": {}}, "workload": workload}}) == {}
+    rec = RunRecord.create(tmp_path, "qos", scenario=scenario)
+    rec.table("fct").write_many(
+        [{"job": "probe", "flow_id": i, "size_bytes": 64, "t_start": 0.0, "t_end": 0.001 * (i + 1)} for i in range(3)]
+        + [{"job": "bulk", "flow_id": 9, "size_bytes": 10_000, "t_start": 0.0, "t_end": 0.5}]
+    )
+    rec.finish()
+    got = summarize(load_run(rec.path))["fct_by_traffic_class"]
+    assert got["ctrl"]["n"] == 3 and abs(got["ctrl"]["p50_s"] - 0.002) < 1e-9 and got["be"]["p99_s"] == 0.5
