@@ -41,7 +41,6 @@ from testbed.telemetry.netns import netns_path, run_in_netns
 
 OBJECT = Path(__file__).resolve().parents[2] / "build" / "bpf" / "pfc.bpf.o"
 PROGRAMS = ("pfc_enqueue", "pfc_dequeue")
-XOFF, XON = 1, 0
 EVENT = struct.Struct("<QQIIII")  # pfc.bpf.c's struct event: ts, feeders, backlog, id, kind, pad
 # struct queue_state: feeders, paused, id, xoff, xon, peak, crossings, lost, no_leaf
 QUEUE = struct.Struct("<QIIIIQQQQ")
@@ -81,6 +80,7 @@ class Controller:
         self.ups = [self._open(f) for f in feeds]
         self.book = PauseBook(len(self.ups))
         self.by_bit = {(f["router"], f["cls"], f["bit"]): i for i, f in enumerate(feeds)}
+        self.qkeys: list[bytes] = []  # each queue's key in the program's `queues` map
         o = self.lib.bpf_object__open_file(os.fsencode(str(obj)), None)
         if not o or self.lib.bpf_object__load(o) != 0:
             raise PfcError(
@@ -113,6 +113,7 @@ class Controller:
                 self._put("classes", struct.pack("<II", ino, d), struct.pack("<I", q["minor"]), f"DSCP {d}")
             key = struct.pack("<IIII", ino, _ifindex(q["router_netns"], q["dev"]), q["minor"], 0)
             self._put("queues", key, QUEUE.pack(0, 0, i, q["xoff"], q["xon"], 0, 0, 0, 0), f"queue {q['router']}")
+            self.qkeys.append(key)
         for f in feeds:
             key = struct.pack("<II", _ino(f["router_netns"]), _ifindex(f["router_netns"], f["ingress_dev"]))
             self._put("ingress", key, struct.pack("<I", f["bit"]), f"ingress {f['router']}:{f['ingress_dev']}")
@@ -145,11 +146,23 @@ class Controller:
     def _now(self) -> float:
         return time.monotonic_ns() / 1e9 + self.wall_offset
 
+    def _state(self, qid: int) -> tuple[bool, int]:
+        """The queue's state in the program now: paused, and the feeders since its last XON."""
+        raw = ctypes.create_string_buffer(QUEUE.size)
+        if self.lib.bpf_map_lookup_elem(self.fd["queues"], self.qkeys[qid], raw) != 0:
+            raise PfcError(f"queue {qid} is gone from the program's map: {os.strerror(ctypes.get_errno())}")
+        feeders, paused = QUEUE.unpack(raw.raw)[:2]
+        return bool(paused), feeders
+
     def _on_event(self, _ctx: Any, data: int, size: int) -> int:
-        ts, feeders, backlog, qid, kind, _ = EVENT.unpack(ctypes.string_at(data, EVENT.size))
+        """Act on the queue's state as the program holds it now, not on the event's kind: two CPUs' events of one
+        queue can reach the ring in the other order than their crossings, and the program's state is the later."""
+        ts, feeders, backlog, qid, _kind, _ = EVENT.unpack(ctypes.string_at(data, EVENT.size))
         q = self.queues[qid]
         try:
-            if kind == XOFF:
+            paused, now_feeding = self._state(qid)
+            if paused:
+                feeders |= now_feeding
                 for bit in range(64):
                     i = self.by_bit.get((q["router"], q["cls"], bit)) if feeders >> bit & 1 else None
                     if i is None or self.ups[i].feed["upstream"] == q["peer"] or not self.book.hold(i, qid):
@@ -199,7 +212,10 @@ class Controller:
             self.lib.bpf_link__destroy(link)
         self.lib.ring_buffer__poll(self.ring, 0)
         for i in self.book.still_paused():
-            self._set(self.ups[i], False)
+            try:
+                self._set(self.ups[i], False)
+            except (OSError, PfcError) as exc:  # its namespace gone: nothing is left to resume
+                self.errors.append(str(exc))
         rows = self.book.end(self._now())
         states = self._queue_states()
         self.lib.ring_buffer__free(self.ring)
