@@ -28,11 +28,13 @@ def check_pfc(pfc: Mapping[str, Any]) -> dict[str, Any]:
         return check("pfc", False, p99, bound_us, "; ".join(problems))
     if p99 is None:
         return check("pfc", None, None, bound_us, "no queue crossed XOFF: nothing paused")
+    repaired = pfc.get("repaired_pauses") or 0
     return check(
         "pfc",
         True,
         p99,
         bound_us,
         f"{reaction['n']} pauses, reaction p50 {reaction['p50']:g} us, p99 {p99:g} us, max {reaction['max']:g} us "
-        f"(headroom sized for {bound_us:g} us)",
+        f"(headroom sized for {bound_us:g} us)"
+        + (f"; {repaired} ended by the idle check, after a dequeue the program did not see" if repaired else ""),
     )
