@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
+#include "htb_leaf.h"
 
 #define TC_ACT_OK 0
 #define ETH_HLEN 14
@@ -40,8 +41,6 @@ struct class_cfg {
 	__u32 minor;         /* the class's HTB minor: its leaf is 1:minor's qdisc */
 	__u32 pad;
 };
-
-#define CHAIN_MAX 8 /* classes walked in one HTB hash bucket */
 
 struct marker_stats {
 	__u64 marks;        /* packets this program set to CE */
@@ -73,37 +72,6 @@ struct {
 } classes SEC(".maps");
 
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
-
-/* The byte backlog of HTB class 1:minor's leaf qdisc under root `q` (qdisc_class_find on HTB's class hash); -1
- * when it is not there. The same walk as pfc.bpf.c's. */
-static __always_inline __s64 leaf_backlog(struct Qdisc *q, __u32 minor)
-{
-	struct htb_sched *hs = (void *)q->privdata;
-	struct Qdisc_class_hash clhash;
-	struct hlist_head head;
-	struct hlist_node *node;
-	__u32 id = (1 << 16) | minor, h = id;
-
-	if (bpf_probe_read_kernel(&clhash, sizeof(clhash), &hs->clhash))
-		return -1;
-	h ^= h >> 8;
-	h ^= h >> 4;
-	h &= clhash.hashmask;
-	if (bpf_probe_read_kernel(&head, sizeof(head), clhash.hash + h))
-		return -1;
-	node = head.first;
-	for (int i = 0; i < CHAIN_MAX && node; i++) {
-		struct Qdisc_class_common *c = container_of(node, struct Qdisc_class_common, hnode);
-
-		if (BPF_CORE_READ(c, classid) == id) {
-			struct htb_class *cl = (void *)c;
-
-			return BPF_CORE_READ(cl, leaf.q, qstats.backlog);
-		}
-		node = BPF_CORE_READ(node, next);
-	}
-	return -1;
-}
 
 /* The ECN field and the DSCP of an IP packet */
 static __always_inline int ecn_field(struct __sk_buff *ctx, __u8 *ecn, __u32 *dscp)

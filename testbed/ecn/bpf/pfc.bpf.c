@@ -15,13 +15,13 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_core_read.h>
+#include "htb_leaf.h"
 
 #define XOFF 1
 #define XON 0
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
 #define BULK_MAX 64   /* skbs of one bulk dequeue walked (the tracepoint gets the first and their count) */
-#define CHAIN_MAX 8   /* classes walked in one HTB hash bucket */
 
 struct class_key {
 	__u32 netns; /* the router's network namespace inode */
@@ -118,37 +118,6 @@ static __always_inline struct queue_state *queue_of(struct sk_buff *skb, struct 
 	qk->ifindex = dev->ifindex;
 	qk->minor = *minor;
 	return bpf_map_lookup_elem(&queues, qk);
-}
-
-/* The backlog in bytes of HTB class 1:minor's leaf qdisc under root `q` (qdisc_class_find on HTB's class hash);
- * -1 when it is not there. */
-static __always_inline __s64 leaf_backlog(struct Qdisc *q, __u32 minor)
-{
-	struct htb_sched *hs = (void *)q->privdata;
-	struct Qdisc_class_hash clhash;
-	struct hlist_head head;
-	struct hlist_node *node;
-	__u32 id = (1 << 16) | minor, h = id;
-
-	if (bpf_probe_read_kernel(&clhash, sizeof(clhash), &hs->clhash))
-		return -1;
-	h ^= h >> 8;
-	h ^= h >> 4;
-	h &= clhash.hashmask;
-	if (bpf_probe_read_kernel(&head, sizeof(head), clhash.hash + h))
-		return -1;
-	node = head.first;
-	for (int i = 0; i < CHAIN_MAX && node; i++) {
-		struct Qdisc_class_common *c = container_of(node, struct Qdisc_class_common, hnode);
-
-		if (BPF_CORE_READ(c, classid) == id) {
-			struct htb_class *cl = (void *)c;
-
-			return BPF_CORE_READ(cl, leaf.q, qstats.backlog);
-		}
-		node = BPF_CORE_READ(node, next);
-	}
-	return -1;
 }
 
 static __always_inline void emit(struct queue_state *st, __u32 kind, __u64 feeders, __s64 backlog)
