@@ -62,17 +62,17 @@ def bpf_run(fab: Fabric, out: Path, seconds: float, slot_us: float, tree: Path |
     """The kernel telemetry's cost over ``seconds``; its reader runs from source tree ``tree`` (default: this one),
     which loads that tree's build/bpf objects."""
     from testbed import run
+    from testbed.host import child
     from testbed.spec.scenario import TelemetrySpec
-    from testbed.telemetry import qslots
     from testbed.telemetry.qslots import start_qslots
 
     out.mkdir(parents=True, exist_ok=True)
-    home = qslots.REPO
-    qslots.REPO = tree or home  # start_qslots runs ``python3 -m testbed.telemetry.qslots`` with cwd=REPO
+    home = child.REPO
+    child.REPO = tree or home  # start_qslots runs ``python3 -m testbed.telemetry.qslots`` with cwd=REPO
     try:
         h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us)), out)
     finally:
-        qslots.REPO = home
+        child.REPO = home
     u0, s0 = proc_cpu(h.proc.pid)
     p0, t0 = prog_stats(), time.monotonic()
     time.sleep(seconds)

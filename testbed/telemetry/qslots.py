@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.host.child import start_child, stop_child
 from testbed.host.procs import Proc, ProcessGroup
 from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry.qtelem import (
@@ -38,9 +39,6 @@ from testbed.telemetry.qtelem import (
     settle,
     soj_edges_us,
 )
-
-PYTHON = "/usr/bin/python3"
-REPO = Path(__file__).resolve().parents[2]
 
 QSLOTS_COLUMNS = SCHEMAS["qslots"][0]
 assert QSLOTS_COLUMNS[-SOJ_BUCKETS - 1 :] == ("soj_n", *(f"soj_b{b}" for b in range(SOJ_BUCKETS)))
@@ -156,37 +154,17 @@ class QslotsHandle:
         self.health: dict[str, Any] | None = None
 
     def stop(self, timeout: float = 30.0) -> dict[str, Any]:
-        if self.health is not None:
-            return self.health
-        if self.proc.poll() is None:
-            self.proc.signal_group(signal.SIGINT)
-            try:
-                self.proc.wait(timeout)
-            except TimeoutError:
-                self.proc.stop(grace=1.0)
-                raise QtelemError(f"qslots pid {self.proc.pid} did not stop within {timeout:g} s; killed") from None
-        try:
-            self.health = json.loads((self.out / "qtelem_health.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise QtelemError(f"qslots exited {self.proc.poll()} without its health file ({exc}): "
-                              f"{self.proc.stderr_tail(5)}") from None  # fmt: skip
+        if self.health is None:
+            self.health = stop_child(self.proc, self.out / "qtelem_health.json", QtelemError, timeout)
         return dict(self.health)
 
 
 def start_qslots(procs: ProcessGroup, cfg: QslotsConfig, out: Path, ready_timeout: float = 20.0) -> QslotsHandle:
     """Write DIR/qslots_config.json, spawn the process in ``procs``, wait until its programs are attached."""
-    (out / "qslots_config.json").write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
-    argv = [PYTHON if Path(PYTHON).exists() else sys.executable, "-m", "testbed.telemetry.qslots"]
-    argv += ["--config", str(out / "qslots_config.json"), "--out", str(out)]
-    proc = procs.spawn("telemetry-qslots", argv, stderr=out / "qslots.log", cwd=REPO)
-    deadline = time.monotonic() + ready_timeout
-    while not (out / "qtelem.ready").exists():  # a child's readiness: no condition to wait on but the file
-        if proc.poll() is not None:
-            raise QtelemError(f"qslots exited {proc.poll()} before it was ready: {proc.stderr_tail(5)}")
-        if time.monotonic() > deadline:
-            proc.stop(grace=0.5)
-            raise QtelemError(f"qslots not ready within {ready_timeout:g} s: {proc.stderr_tail(5)}")
-        time.sleep(0.01)
+    config = out / "qslots_config.json"
+    config.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+    proc = start_child(procs, "telemetry-qslots", "testbed.telemetry.qslots", config, out, out / "qtelem.ready",
+                       out / "qslots.log", QtelemError, ready_timeout)  # fmt: skip
     return QslotsHandle(proc, out)
 
 
