@@ -94,6 +94,7 @@ class Fabric:
         self._lock: RunLock | None = None
         self._net: Any = None  # the Mininet network (Mininet is untyped)
         self._markers: MarkerSet | None = None
+        self._marker_classes: dict[str, list[tuple[Any, int]]] = {}  # port -> classes the eBPF marker marks
         self._flowlets: FlowletSet | None = None
         self._closers: list[Callable[[], None]] = []  # run-time helpers to close first (on_teardown)
         self._cc: CongestionControl | None = None
@@ -301,6 +302,7 @@ class Fabric:
         marked = [p for p in self.topo.ports() if p.link.marking.mode != "off" and not p.link.classes]
         classed = {p.name: self._bpf_classes(p) for p in self.topo.ports() if p.link.classes}
         classed = {name: cs for name, cs in classed.items() if cs is not None}
+        self._marker_classes = {name: cs for name, cs in classed.items() if cs}
         if not marked and not classed:
             return tc.droptail_leaf
         from testbed import ecn
@@ -342,8 +344,7 @@ class Fabric:
         markers = self._markers = ecn.MarkerSet(self.prefix, DEFAULT_OUT)
         self.state.add("bpf_pins", str(markers.root))
         for p in bpf_ports:
-            classes = self._bpf_classes(p) if p.link.classes else ()
-            markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link, classes or ())
+            markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link, self._marker_classes.get(p.name, ()))
 
     def _prepare_transport(self) -> None:
         """Make the hosts' congestion control usable (kernel module, or BPF struct_ops DCTCP), recorded for clean."""
