@@ -20,6 +20,7 @@ from testbed.spec.link import LinkSpec
 from testbed.spec.schemas import SCHEMAS
 from testbed.spec.topology import HostInfo
 from traffic.gate import gate_env
+from traffic.placement import SourcePorts
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
@@ -50,6 +51,8 @@ class RunContext:
     cc_name: Callable[[str], str] = field(default=lambda cc: cc)
     # the start gate's go file (traffic.gate): with it, processes set up first and traffic starts at one go time
     go_file: Path | None = None
+    # every flow's source port (traffic.placement): the same in every variant of a repeat, new in each repeat
+    ports: SourcePorts = field(default_factory=lambda: SourcePorts(seed=0))
 
     def kernel_cc(self, cc: str | None) -> str | None:
         return None if cc is None else self.cc_name(cc)
