@@ -2,8 +2,9 @@
 
 ``summarize(run)`` returns ``{"schema", "run_id", "status", <metric>: value, ..., "not_applicable": {metric:
 reason}}``: every metric in ``METRICS`` is present, either computed or None with the reason it could not be.
-Application-level metrics (goodput, collectives, FCT, RTT, fairness, traffic matrix) are here; queue, link,
-ECMP and TCP counter metrics are in ``results.metrics_fabric``. Definitions: docs/record-format.md.
+Application-level metrics (goodput, collectives, FCT, RTT, fairness, traffic matrix) are here; queue, link
+and pause metrics are in ``results.metrics_fabric``, ECMP balance in ``results.metrics_ecmp``, TCP counters in
+``results.metrics_tcp``. Definitions: docs/record-format.md.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from results import metrics_fabric, metrics_trace, nccl_tests
+from results import metrics_ecmp, metrics_fabric, metrics_tcp, metrics_trace, nccl_tests
 from results.metrics_classes import class_of_jobs
 from results.record import NCCL_TESTS, SUMMARY, Run, RunRecord, load_run, write_json_atomic
 from results.stats import jain_index, percentiles
@@ -277,8 +278,8 @@ def _fabric_metrics() -> list[Callable[[Run, Summary], None]]:
     return [
         metrics_fabric.queues,
         metrics_fabric.links,
-        metrics_fabric.ecmp,
-        metrics_fabric.netstat,
+        metrics_ecmp.ecmp,
+        metrics_tcp.netstat,
         metrics_fabric.pauses,
     ]
 

@@ -1,4 +1,5 @@
-"""Fabric-side metrics of one run: queues, link utilization, ECMP balance, TCP counters (see results.metrics).
+"""Fabric-side metrics of one run: queues, link utilization, PFC pauses (see results.metrics; ECMP balance is in
+``results.metrics_ecmp``, TCP counters in ``results.metrics_tcp``).
 
 Counters are cumulative, so a port's figure over the run is its last reading less its first, over the port's rows
 in time order (``results.ports``).
@@ -6,7 +7,6 @@ in time order (``results.ports``).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,6 @@ from results.summary import Summary
 from results.tables import numbers, reason
 
 UTIL_WINDOW_S = 0.1  # link utilization max is taken over windows of at least this length (1 ms samples are noisy)
-SPINE_LAYERS = ("spine", "core")
 
 
 COUNTERS_Q = ("drops", "marks", "overlimits", "tx_bytes")
@@ -190,95 +189,6 @@ def links(run: Run, s: Summary) -> None:
     s.put("link_util_max", float(max(p["util_max"] for p in per.values())))
     if skipped:
         s.put("links_skipped", skipped)
-
-
-def _port_bytes(run: Run) -> tuple[dict[str, float], str]:
-    """tx bytes per ``node:dev`` over the run: from links.csv, else from queues.csv."""
-    for name in ("links", "queues"):
-        series = _named(run.table(name), ("tx_bytes",))
-        out = {k: d for k, rs in series.items() if (d := _delta(rs["tx_bytes"])) is not None}
-        if out:
-            return out, name
-    return {}, ""
-
-
-def ecmp(run: Run, s: Summary) -> None:
-    ports = _ports(run)
-    if not ports:
-        for m in ("ecmp_imbalance", "ecmp_groups", "bytes_per_spine"):
-            s.na(m, "the manifest has no fabric.ports")
-        return
-    groups: dict[str, list[str]] = defaultdict(list)
-    for key, p in ports.items():
-        if p.get("direction") == "up":
-            groups[str(p["node"])].append(key)
-    groups = {n: ks for n, ks in groups.items() if len(ks) >= 2}
-    sent, source = _port_bytes(run)
-    if not sent:
-        for m in ("ecmp_imbalance", "ecmp_groups", "bytes_per_spine"):
-            s.na(m, "no tx_bytes counters in links.csv or queues.csv")
-        return
-    per: dict[str, Any] = {}
-    for node, keys in sorted(groups.items()):
-        b = {k.split(":", 1)[1]: sent[k] for k in sorted(keys) if k in sent}
-        if len(b) >= 2 and sum(b.values()) > 0:
-            per[node] = {"bytes": b, "imbalance": max(b.values()) / (sum(b.values()) / len(b))}
-    if per:
-        s.put("ecmp_groups", per)
-        s.put("ecmp_imbalance", max(g["imbalance"] for g in per.values()))
-        s.put("ecmp_source", source)
-    else:
-        why = (
-            "the fabric has no node with 2 or more up ports (no parallel uplinks)"
-            if not groups
-            else "no traffic was counted on any group of parallel uplinks"
-        )
-        s.na("ecmp_imbalance", why)
-        s.na("ecmp_groups", why)
-    spines: dict[str, float] = defaultdict(float)
-    for key, p in ports.items():
-        if p.get("direction") == "up" and p.get("peer_layer") in SPINE_LAYERS and key in sent:
-            spines[str(p["peer"])] += sent[key]
-    if spines:
-        s.put("bytes_per_spine", dict(sorted(spines.items())))
-    else:
-        s.na("bytes_per_spine", f"no counted up port whose peer layer is one of {SPINE_LAYERS}")
-
-
-COUNTERS = {  # metric -> the netstat counters it adds up (end - start, over hosts)
-    "retrans_total": ("Tcp.RetransSegs",),
-    "timeouts_total": ("TcpExt.TCPTimeouts",),
-    "ce_delivered_total": ("TcpExt.TCPDeliveredCE",),
-    "ce_received_pkts_total": ("IpExt.InCEPkts",),
-    # reordering TCP detected (by SACK, timestamps, or Reno's dupacks), and D-SACKs: spurious retransmissions
-    "reorder_total": ("TcpExt.TCPSACKReorder", "TcpExt.TCPTSReorder", "TcpExt.TCPRenoReorder"),
-    "dsack_total": ("TcpExt.TCPDSACKRecv",),
-}
-
-
-def netstat(run: Run, s: Summary) -> None:
-    table = run.table("netstat")
-    vals: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    counted = table.assign(value=numbers(table, "value"))
-    counted = counted[counted["value"].notna()]
-    for host, counter, phase, value in zip(
-        counted["host"].astype(str), counted["counter"].astype(str), counted["phase"].astype(str), counted["value"]
-    ):
-        vals[(host, counter)][phase] = float(value)
-    deltas: dict[str, dict[str, float]] = defaultdict(dict)
-    for (host, counter), ph in vals.items():
-        if "start" in ph and "end" in ph:
-            deltas[host][counter] = ph["end"] - ph["start"]
-    if deltas:
-        s.put("tcp_per_host", dict(sorted(deltas.items())))
-    for metric, counters in COUNTERS.items():
-        have = [d[c] for d in deltas.values() for c in counters if c in d]
-        if have:
-            s.put(metric, sum(have))
-        elif table.empty:
-            s.na(metric, f"no TCP counters: {reason(table)}")
-        else:
-            s.na(metric, f"netstat.csv has no start and end value of {' or '.join(counters)}")
 
 
 def pauses(run: Run, s: Summary) -> None:
