@@ -45,10 +45,17 @@ def _recv_exact(sock: socket.socket, buf: memoryview) -> None:
         got += k
 
 
-def _connect(ip: str, port: int, cc: str | None, deadline: float, tos: int | None = None) -> socket.socket:
+def _connect(
+    ip: str, port: int, cc: str | None, deadline: float, tos: int | None = None, src: tuple[str, int] | None = None
+) -> socket.socket:
+    """A connected TCP socket, retried until ``deadline``; ``src``: the (address, placed source port) it binds first
+    (SO_REUSEADDR: a TIME_WAIT an earlier run on the same fabric left on that port does not stop the bind)."""
     while True:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         _tune(s, cc, tos)
+        if src is not None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(src)
         s.settimeout(2.0)
         try:
             s.connect((ip, port))
@@ -206,15 +213,19 @@ def sink(cfg: dict[str, Any]) -> None:
 
 
 def source(cfg: dict[str, Any], index: int, out: Any) -> None:
+    """Sender ``index``: each flow from its own placed source port (``sports``, 0: the kernel's), bound on this
+    sender's address (``src_ips``), so that its 5-tuple, and so its path, is the same in every variant."""
     flows = cfg["flows"][index]  # [[flow id, size, round], ...]
+    sports = cfg["sports"][index] if "sports" in cfg else [0] * len(flows)
+    src_ip = cfg["src_ips"][index] if "src_ips" in cfg else ""
     ip, port, cc, timeout = cfg["dst_ip"], cfg["port"], cfg.get("cc"), cfg["timeout"]
     payload = memoryview(bytearray(max((f[1] for f in flows), default=1)))
     lock = threading.Lock()
     deadline = time.time() + timeout
 
-    def one(fid: int, size: int) -> None:
+    def one(fid: int, size: int, sport: int) -> None:
         ts = time.time()
-        s = _connect(ip, port, cc, deadline, cfg.get("tos"))
+        s = _connect(ip, port, cc, deadline, cfg.get("tos"), (src_ip, sport) if sport else None)
         sport = s.getsockname()[1]
         s.settimeout(timeout)
         s.sendall(HDR.pack(fid, size))
@@ -231,11 +242,11 @@ def source(cfg: dict[str, Any], index: int, out: Any) -> None:
         ctl = _connect(ip, port + 1, None, deadline)
         ctl.settimeout(timeout)
         go = memoryview(bytearray(1))
-        for fid, size, _rnd in flows:
+        for (fid, size, _rnd), sport in zip(flows, sports, strict=True):
             _recv_exact(ctl, go)
-            one(fid, size)
+            one(fid, size, sport)
         return
-    queue = list(flows)
+    queue = [(fid, size, sport) for (fid, size, _rnd), sport in zip(flows, sports, strict=True)]
     errors: list[BaseException] = []
     ready_then_wait()
     deadline = time.time() + timeout
@@ -245,9 +256,9 @@ def source(cfg: dict[str, Any], index: int, out: Any) -> None:
             with lock:
                 if not queue or errors:
                     return
-                fid, size, _rnd = queue.pop(0)
+                fid, size, sport = queue.pop(0)
             try:
-                one(fid, size)
+                one(fid, size, sport)
             except BaseException as exc:
                 errors.append(exc)
                 return

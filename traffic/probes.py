@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from testbed.spec.units import format_bytes
 from testbed.spec.workload import RttProbeJob, ShortFlowsJob
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl, tos_of
+from traffic.placement import PlacementError
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
@@ -120,6 +121,12 @@ class ShortFlowsGenerator(ProcGenerator):
         recv = host(ctx, s.receiver, self.name)
         senders = [host(ctx, h, self.name) for h in s.senders]
         flows = draw_flows(s)
+        try:  # every flow its own placed source port (each incast round's too): the same one in every variant
+            sports = [
+                [ctx.ports.sport(h.name, s.name, f"f{f[0]}") for f in fl] for h, fl in zip(senders, flows, strict=True)
+            ]
+        except PlacementError as exc:
+            raise GeneratorError(str(exc)) from None
         cfg = {
             "job": s.name,
             "mode": s.kind,
@@ -130,6 +137,8 @@ class ShortFlowsGenerator(ProcGenerator):
             "tos": tos_of(s.dscp),
             "senders": len(senders),
             "sender_names": [h.name for h in senders],
+            "src_ips": [h.ip for h in senders],
+            "sports": sports,
             "rounds": s.count,
             "concurrency": s.concurrency,
             "timeout": s.timeout,
