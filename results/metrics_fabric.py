@@ -2,7 +2,9 @@
 ``results.metrics_ecmp``, TCP counters in ``results.metrics_tcp``).
 
 Counters are cumulative, so a port's figure over the run is its last reading less its first, over the port's rows
-in time order (``results.ports``).
+in time order (``results.ports``). queues.csv and links.csv have a row when a counter changed (plus keyframes), so
+their rows are not samples: backlog quantiles and utilisation means weigh each row by the time it held its value
+(``results.timeweighted``), inside the run's traffic window (docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -12,13 +14,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from results import queues_kernel
+from results import queues_kernel, timeweighted
 from results.ports import PortRows, first_last, split_ports
 from results.record import Run
 from results.summary import Summary
 from results.tables import numbers, reason
 
-UTIL_WINDOW_S = 0.1  # link utilization max is taken over windows of at least this length (1 ms samples are noisy)
+UTIL_PEAK_WINDOW_S = 1.0
+"""A link's utilisation peak (``util_max``) is its highest mean over windows of at least this length. After an idle
+spell HTB lets a port send its burst at once, so over a short window a port reads above its rate; over a second the
+burst is a small share, and the peak says how long the link was full. The summary records it
+(``link_util_max_window_s``), so a table can say over what."""
+
+BACKLOG_QUANTILE = 0.99  # the per-queue backlog figure: time-weighted p99 (``backlog_p99_bytes``)
 
 
 COUNTERS_Q = ("drops", "marks", "overlimits", "tx_bytes")
@@ -65,6 +73,29 @@ def _kernel_queues(run: Run, series: dict[str, PortRows]) -> dict[str, dict[str,
     return per
 
 
+def traffic_window(run: Run) -> tuple[float, float] | None:
+    """The manifest's ``traffic_window`` (go to the workload's end; the guardrails judge it too), where time-weighted
+    figures are weighed; None in a record without one, whose series are weighed whole."""
+    window = run.manifest.get("traffic_window")
+    if not isinstance(window, list | tuple) or len(window) != 2:
+        return None
+    lo, hi = float(window[0]), float(window[1])
+    return (lo, hi) if hi > lo else None
+
+
+def _poller_queue(rs: PortRows, window: tuple[float, float] | None) -> dict[str, Any]:
+    """One queue's figures from its queues.csv rows: counters' last - first, the max over every row, and the
+    time-weighted p99 inside ``window`` (None when no row's value held any time there)."""
+    backlog = rs["backlog_bytes"][~np.isnan(rs["backlog_bytes"])]
+    held = timeweighted.Held.of(rs["t"], rs["backlog_bytes"], window=window)
+    return {
+        "samples": len(rs["t"]),
+        **{c: _delta(rs[c]) for c in COUNTERS_Q},
+        "backlog_max_bytes": float(backlog.max()) if backlog.size else None,
+        "backlog_p99_bytes": held.quantile(BACKLOG_QUANTILE) if held.total_s > 0 else None,
+    }
+
+
 def queues(run: Run, s: Summary) -> None:
     """Queue figures: from the kernel telemetry where the run has it (it sees every packet), else from the poller."""
     names = ("drops_total", "overlimits_total", "queue_backlog_max_bytes", "queue_backlog_p99_bytes", "queues")
@@ -83,15 +114,8 @@ def queues(run: Run, s: Summary) -> None:
             s.na("marks_total", f"no queue samples and no marker counters ({reason(marker)})")
         return
     else:
-        per: dict[str, dict[str, Any]] = {}
-        for key, rs in series.items():
-            backlog = rs["backlog_bytes"][~np.isnan(rs["backlog_bytes"])]
-            per[key] = {
-                "samples": len(rs["t"]),
-                **{c: _delta(rs[c]) for c in COUNTERS_Q},
-                "backlog_max_bytes": float(backlog.max()) if backlog.size else None,
-                "backlog_p99_bytes": float(np.percentile(backlog, 99)) if backlog.size else None,
-            }
+        window = traffic_window(run)
+        per = {key: _poller_queue(rs, window) for key, rs in series.items()}
         _put_queues(s, per, marker, "poller")
     intervals = [np.diff(rs["t"]) for rs in series.values() if len(rs["t"]) > 2]
     if intervals:
@@ -119,11 +143,14 @@ def _put_queues(
     p99s = [q["backlog_p99_bytes"] for q in per.values() if q["backlog_p99_bytes"] is not None]
     if maxes:
         s.put("queue_backlog_max_bytes", max(maxes))
-        s.put("queue_backlog_p99_bytes", max(p99s))
         s.put("hottest_queue", max(per, key=lambda k: per[k]["backlog_max_bytes"] or 0))
     else:
         s.na("queue_backlog_max_bytes", f"the {source} telemetry has no backlog values")
-        s.na("queue_backlog_p99_bytes", f"the {source} telemetry has no backlog values")
+    if p99s:
+        s.put("queue_backlog_p99_bytes", max(p99s))
+    else:
+        why = "has no backlog values" if not maxes else "has no backlog value held inside the traffic window"
+        s.na("queue_backlog_p99_bytes", f"the {source} telemetry {why}")
 
 
 def _ports(run: Run) -> dict[str, dict[str, Any]]:
@@ -131,22 +158,33 @@ def _ports(run: Run) -> dict[str, dict[str, Any]]:
     return {f"{p['node']}:{p['dev']}": p for p in ports if "node" in p and "dev" in p}
 
 
-def util_max(t: np.ndarray, tx: np.ndarray, rate: float) -> float:
-    """The highest rate / ``rate`` over consecutive windows of at least UTIL_WINDOW_S (the last one may be shorter),
-    each starting where the one before ended; a binary search finds each window's end."""
-    best, i0, n = 0.0, 0, len(t)
-    while i0 < n - 1:
-        i = max(int(np.searchsorted(t, t[i0] + UTIL_WINDOW_S, "left")), i0 + 1)
-        while i > i0 + 1 and t[i - 1] - t[i0] >= UTIL_WINDOW_S:  # the test is on the difference, as the sum rounds
-            i -= 1
-        while i < n and t[i] - t[i0] < UTIL_WINDOW_S:
-            i += 1
-        i = min(i, n - 1)
-        dt = t[i] - t[i0]
-        if dt > 0:
-            best = max(best, float((tx[i] - tx[i0]) * 8 / dt / rate))
-        i0 = i
-    return best
+WINDOW_TOL_S = 1e-9  # a window this much short of its length counts as long enough: sums of epoch floats round
+
+
+def util_max(t: np.ndarray, tx: np.ndarray, rate: float, window_s: float = UTIL_PEAK_WINDOW_S) -> float:
+    """The highest mean rate / ``rate`` over windows of at least ``window_s``, one starting at each row (``t`` in
+    time order) and ending at the first row ``window_s`` or more after it; a series shorter than ``window_s`` has its
+    mean over its whole span (0 with no span)."""
+    t, tx = np.asarray(t, dtype=float), np.asarray(tx, dtype=float)
+    if len(t) < 2 or t[-1] <= t[0]:
+        return 0.0
+    rel = t - t[0]  # small numbers: the windows' ends round less
+    end = np.searchsorted(rel, rel + window_s - WINDOW_TOL_S, "left")
+    start = np.flatnonzero(end < len(t))
+    if start.size == 0:
+        return float((tx[-1] - tx[0]) * 8 / (t[-1] - t[0]) / rate)
+    stop = end[start]
+    return float(((tx[stop] - tx[start]) * 8 / (t[stop] - t[start])).max() / rate)
+
+
+def util_mean(t: np.ndarray, tx: np.ndarray, rate: float, window: tuple[float, float] | None) -> float | None:
+    """A port's mean utilisation over time inside ``window``: each interval between rows sends at its counter
+    delta's rate, weighed by the part of it inside the window (an interval that straddles the window's edge counts
+    its bytes pro rata); None when no interval lies inside."""
+    dt, sent = np.diff(t), np.diff(tx)
+    bps = np.divide(sent * 8, dt, out=np.full(dt.shape, np.nan), where=dt > 0)
+    held = timeweighted.Held.of(t[:-1], bps, end=float(t[-1]), window=window)
+    return held.mean() / rate if held.total_s > 0 else None
 
 
 def links(run: Run, s: Summary) -> None:
@@ -161,25 +199,30 @@ def links(run: Run, s: Summary) -> None:
         return
     per: dict[str, dict[str, Any]] = {}
     skipped = []
+    window = traffic_window(run)
     for key, rs in series.items():
-        rate = (ports.get(key) or {}).get("rate_bps")
+        given = (ports.get(key) or {}).get("rate_bps")
+        rate = float(given or 0)
         counted = ~np.isnan(rs["tx_bytes"])
         t, tx = rs["t"][counted], rs["tx_bytes"][counted]
         span = t[-1] - t[0] if len(t) > 1 else 0
-        if not rate or span <= 0:
+        mean = util_mean(t, tx, rate, window) if rate > 0 and span > 0 else None
+        if mean is None:
             skipped.append(key)
             continue
-        nbytes = float(tx[-1] - tx[0])
         per[key] = {
-            "tx_bytes": nbytes,
-            "rate_bps": rate,
-            "util_mean": nbytes * 8 / span / rate,
+            "tx_bytes": float(tx[-1] - tx[0]),
+            "rate_bps": given,
+            "util_mean": mean,
             "util_max": util_max(t, tx, rate),
             "layer": ports[key].get("layer"),
             "direction": ports[key].get("direction"),
         }
     if not per:
-        why = f"no port in links.csv has a rate in fabric.ports and two samples ({len(skipped)} skipped)"
+        why = (
+            f"no port in links.csv has a rate in fabric.ports and two samples around the traffic window "
+            f"({len(skipped)} skipped)"
+        )
         s.na("link_util_mean", why)
         s.na("link_util_max", why)
         s.na("links", why)
@@ -187,6 +230,7 @@ def links(run: Run, s: Summary) -> None:
     s.put("links", per)
     s.put("link_util_mean", float(np.mean([p["util_mean"] for p in per.values()])))
     s.put("link_util_max", float(max(p["util_max"] for p in per.values())))
+    s.put("link_util_max_window_s", UTIL_PEAK_WINDOW_S)
     if skipped:
         s.put("links_skipped", skipped)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from results.metrics import METRICS, summarize
+from results.metrics_fabric import util_max
 from results.record import RunRecord, load_run
 from results.stats import jain_index, mean_ci, percentiles, t_quantile_975
 
@@ -43,10 +45,17 @@ FABRIC = {
 }
 
 
-def _run(tmp_path: Path, tables: dict[str, list[dict[str, Any]]], fabric: dict[str, Any] | None = FABRIC) -> Any:
+def _run(
+    tmp_path: Path,
+    tables: dict[str, list[dict[str, Any]]],
+    fabric: dict[str, Any] | None = FABRIC,
+    window: tuple[float, float] | None = None,
+) -> Any:
     rec = RunRecord.create(tmp_path, "m")
     if fabric:
         rec.set("fabric", fabric)
+    if window:
+        rec.set("traffic_window", list(window))
     for name, rows in tables.items():
         rec.table(name).write_many(rows)
     rec.finish()
@@ -81,8 +90,35 @@ def test_queue_counters_are_cumulative(tmp_path: Path) -> None:
     assert s["marks_total"] == 3
     assert s["overlimits_total"] == 0
     assert s["queue_backlog_max_bytes"] == 90000
-    assert s["queues"]["l1:l1-s1"]["backlog_p99_bytes"] == pytest.approx(percentiles([0, 5000, 90000, 1000], [99])[0])
+    # time-weighted: 0, 5000 and 90000 each held 1 ms (the last row, 1000, ends the series), so p99 is 90000
+    assert s["queues"]["l1:l1-s1"]["backlog_p99_bytes"] == 90000
     assert s["queue_sampling"]["rate_hz"] == pytest.approx(1000, rel=1e-6)
+
+
+def _queue_row(t: float, backlog: float, node: str = "l1", dev: str = "l1-s1") -> dict[str, Any]:
+    return {"t": t, "node": node, "dev": dev, "backlog_bytes": backlog, "backlog_pkts": 0, "drops": 0, "marks": "",
+            "overlimits": 0, "tx_bytes": 0, "tx_pkts": 0, "requeues": 0}  # fmt: skip
+
+
+def test_queue_p99_is_time_weighted_inside_the_traffic_window(tmp_path: Path) -> None:
+    """queues.csv has a row on change: a 50 ms burst at 90 KB writes a row per ms, 10 s of an empty queue a keyframe
+    per 0.1 s. The burst is a third of the rows and half a percent of the time: p99 over rows is 90 KB, over time 0.
+    Before the traffic window (from t = 100) a 200 KB queue stood for 50 s: it counts for nothing; s1's 40 KB queue
+    set before the window and held into it counts from the window's start."""
+    rows = [_queue_row(50.0, 200_000.0)]
+    rows += [_queue_row(100.0 + 0.1 * i, 0.0) for i in range(100)]
+    rows += [_queue_row(110.0 + 0.001 * i, 90_000.0) for i in range(50)]
+    rows += [_queue_row(110.05, 0.0)]
+    rows += [_queue_row(t, b, "s1", "s1-l1") for t, b in ((99.0, 40_000.0), (109.0, 0.0), (110.05, 0.0))]
+    s = summarize(_run(tmp_path, {"queues": rows}, window=(100.0, 110.05)))
+    backlog = np.array([r["backlog_bytes"] for r in rows if r["node"] == "l1" and r["t"] >= 100])
+    assert np.percentile(backlog, 99) == 90_000  # what the summary said when it took rows for samples
+    assert s["queues"]["l1:l1-s1"]["backlog_p99_bytes"] == 0.0
+    assert s["queues"]["l1:l1-s1"]["backlog_max_bytes"] == 200_000.0  # the max is every row's
+    assert s["queues"]["s1:s1-l1"]["backlog_p99_bytes"] == 40_000.0  # 9 of the window's 10.05 s
+    assert s["queue_backlog_p99_bytes"] == 40_000.0
+    unwindowed = summarize(_run(tmp_path / "whole", {"queues": rows}))  # a record from before traffic_window
+    assert unwindowed["queues"]["l1:l1-s1"]["backlog_p99_bytes"] == 200_000.0  # 50 of 60 s
 
 
 def test_marks_total_counts_the_ebpf_markers_marks_once(tmp_path: Path) -> None:
@@ -140,6 +176,42 @@ def test_link_utilization_and_ecmp(tmp_path: Path) -> None:
     assert s["ecmp_imbalance"] == pytest.approx(50 / 37.5)  # max / mean over l1's two uplinks
     assert s["bytes_per_spine"] == {"s1": pytest.approx(6_250_000), "s2": pytest.approx(3_125_000)}
     assert "h1" not in s["ecmp_groups"]  # one uplink is not a group
+
+
+def _link_rows(dev: str, times: np.ndarray, bps: np.ndarray) -> list[dict[str, Any]]:
+    """links.csv rows of one port sending ``bps[i]`` from ``times[i]`` to ``times[i + 1]``."""
+    tx = np.concatenate([[0.0], np.cumsum(bps[:-1] / 8 * np.diff(times))])
+    return [{"t": float(t), "node": "l1", "dev": dev, "tx_bytes": float(b), "tx_pkts": 0, "rx_bytes": 0,
+             "rx_pkts": 0, "tx_drops": 0} for t, b in zip(times, tx, strict=True)]  # fmt: skip
+
+
+def test_link_util_peak_is_over_a_second_and_the_mean_over_the_traffic_window(tmp_path: Path) -> None:
+    """l1-s1 idles 10 s (a keyframe per 0.1 s), then sends 50 Mbit/s for 5 s (a row per 10 ms) with one 0.1 s burst
+    at line rate (HTB's bucket): over 0.1 s it peaks at 1.0, over any 1 s at 0.9 x 0.5 + 0.1 x 1 = 0.55. The traffic
+    window is the 5 s of sending, so the mean is 0.5 + 0.05 / 5 there and half that over the whole 15 s."""
+    idle = np.arange(100) * 0.1
+    busy = 10.0 + np.arange(501) * 0.01
+    times = np.concatenate([idle, busy])
+    bps = np.where((times >= 10.0) & (times < 15.0), 50e6, 0.0)
+    bps[(times >= 12.0) & (times < 12.1 - 1e-9)] = RATE
+    rows = _link_rows("l1-s1", times, bps)
+    s = summarize(_run(tmp_path, {"links": rows}, window=(10.0, 15.0)))
+    port = s["links"]["l1:l1-s1"]
+    assert port["util_max"] == pytest.approx(0.55)
+    assert s["link_util_max"] == pytest.approx(0.55) and s["link_util_max_window_s"] == 1.0
+    assert port["util_mean"] == pytest.approx(0.51)
+    assert port["tx_bytes"] == pytest.approx((50e6 * 4.9 + 1e8 * 0.1) / 8)  # the run's bytes, not the window's
+    t, tx = np.array([r["t"] for r in rows]), np.array([r["tx_bytes"] for r in rows])
+    assert util_max(t, tx, RATE, window_s=0.1) == pytest.approx(1.0)
+    whole = summarize(_run(tmp_path / "whole", {"links": rows}))
+    assert whole["links"]["l1:l1-s1"]["util_mean"] == pytest.approx(0.51 * 5 / 15)
+
+
+def test_util_max_of_a_series_shorter_than_its_window_is_its_mean() -> None:
+    t, tx = np.array([0.0, 0.2, 0.4]), np.array([0.0, 2.5e6, 2.5e6])  # 100 Mbit/s, then idle
+    assert util_max(t, tx, RATE) == pytest.approx(0.5)
+    assert util_max(t, tx, RATE, window_s=0.2) == pytest.approx(1.0)
+    assert util_max(t[:1], tx[:1], RATE) == 0.0
 
 
 def test_no_parallel_uplinks_is_not_applicable(tmp_path: Path) -> None:
