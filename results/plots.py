@@ -121,6 +121,8 @@ def cdf_rtt(cmp: Comparison, reg: StyleRegistry) -> Figure:
 
 
 def queue_occupancy(cmp: Comparison, reg: StyleRegistry) -> Figure:
+    """The backlog over time of the queues with the largest max, as steps: queues.csv has a row when a counter
+    changed, and the value holds until the next row (a line between rows would draw slopes that never were)."""
     hottest: dict[str, float] = {}
     for row in cmp.rows:
         for s in row.summaries:
@@ -140,7 +142,9 @@ def queue_occupancy(cmp: Comparison, reg: StyleRegistry) -> Figure:
             if here is None or not here.any():
                 continue
             t = numbers(tab, "t")[here].to_numpy()
-            ax.plot(t - t0, backlog[here].to_numpy() / 1e3, linewidth=1, **reg.style(row.label).line())
+            order = np.argsort(t, kind="stable")  # a row holds its value until the next (results.timeweighted)
+            kb = backlog[here].to_numpy()[order] / 1e3
+            ax.step(t[order] - t0, kb, where="post", linewidth=1, **reg.style(row.label).line())
             plots_events.event_marks(ax, row.runs[0], t0, reg.style(row.label).color)
         row.runs[0].forget("queues")
     for ax, q in zip(axes[:, 0], top, strict=True):
