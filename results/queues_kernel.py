@@ -1,11 +1,13 @@
 """Per-queue summary figures from the kernel queue telemetry (qslots.csv), read as the poller's are.
 
-The poller's backlog p99 is a percentile over samples spread evenly in time. The kernel's table has a row only for
-a slot with an event in it, so the same figure is rebuilt at slot resolution: a slot with events counts once at its
-highest backlog (``backlog_max``), and every slot until the port's next event holds the backlog its last event left
-(``backlog_last``); before a port's first event its queue was empty. Drops and marks are sums of the per-slot
-counts, which the kernel keeps exactly (tc's own counters agree, tests/root/test_qtelem.py); ``tx_bytes`` is the
-bytes dequeued. Overlimits are tc's alone: the tracepoints do not see them.
+The poller's backlog p99 is time-weighted: each queues.csv row counts for the time until its port's next row
+(``results.timeweighted``). The kernel's table has a row only for a slot with an event in it, so the same figure is
+rebuilt at slot resolution: a slot with events counts once at its highest backlog (``backlog_max``), and every slot
+until the port's next event holds the backlog its last event left (``backlog_last``); before a port's first event
+its queue was empty. The slots weighed are the telemetry's span, from the first to the last slot with an event on
+any port (the poller's figure is weighed inside the manifest's traffic window instead). Drops and marks are sums of
+the per-slot counts, which the kernel keeps exactly (tc's own counters agree, tests/root/test_qtelem.py);
+``tx_bytes`` is the bytes dequeued. Overlimits are tc's alone: the tracepoints do not see them.
 """
 
 from __future__ import annotations
