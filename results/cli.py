@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results import nccl_tests
-from results.compare import compare, to_markdown, to_text, write_csv
+from results import nccl_tests, versus
+from results.compare import Comparison, compare, to_markdown, to_text, write_csv
 from results.html import reading, render
 from results.metrics import SUMMARY_SCHEMA
 from results.plots import make_plots
@@ -71,6 +71,12 @@ def recorded_summaries(runs: list[Run]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def reading_notes(cmp: Comparison) -> list[str]:
+    """Sentences that qualify the reading's claims, for ``reading`` and ``render``: the place for a note on whether
+    the compared variants shared their flow placement in each repeat (none yet)."""
+    return []
+
+
 def report_main(argv: list[str]) -> int:
     if argv[:1] == ["--pending"]:
         if len(argv) != 2:
@@ -88,9 +94,17 @@ def report_main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cmp = compare(runs, None if args.recompute else recorded_summaries(runs))
     print(to_text(cmp))
+    against = versus.to_text(cmp)
+    if against:
+        print(against)
     write_csv(cmp, out / "comparison.csv")
-    (out / "comparison.md").write_text(to_markdown(cmp), encoding="utf-8")
+    md = to_markdown(cmp)
+    against_md = versus.to_markdown(cmp)
+    (out / "comparison.md").write_text(md + ("\n" + against_md if against_md else ""), encoding="utf-8")
     written = [out / "comparison.csv", out / "comparison.md"]
+    if versus.write_csv(cmp, out / "versus.csv"):
+        written.append(out / "versus.csv")
+    notes = reading_notes(cmp)
     sweeps = nccl_tests.report_text(cmp.rows)
     if sweeps:
         print(sweeps)
@@ -100,9 +114,9 @@ def report_main(argv: list[str]) -> int:
         plots = make_plots(cmp, out / "plots")
         for name, reason in plots.skipped.items():
             print(f"figure {name} not drawn: {reason}")
-        (out / "report.html").write_text(render(cmp, plots), encoding="utf-8")
+        (out / "report.html").write_text(render(cmp, plots, notes=notes), encoding="utf-8")
         written += [out / "report.html", out / "plots"]
-    print(reading(cmp))
+    print(reading(cmp, notes))
     print(f"{len(runs)} run(s), {len(cmp.rows)} row(s); wrote " + ", ".join(str(p) for p in written))
     return 0
 

@@ -8,15 +8,19 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import yaml
 
 from results import nccl_tests
-from results.compare import Comparison, Row, cell_text, fmt, table_cells
+from results import versus as vs
+from results.claims import NO_WINNER
+from results.compare import Comparison, fmt, table_cells
 from results.machines import calibration_caveat
 from results.plots import Plots
+from results.versus import Versus, baseline, versus
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1500px;color:#222;padding:0 16px}
@@ -24,48 +28,61 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc
 table{border-collapse:collapse;font-size:12px;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:right;white-space:nowrap}th{background:#f1f1f1}td:first-child,td:nth-child(2),td:nth-child(4)
 {text-align:left}.scroll{overflow-x:auto}.bad{background:#fde2e2}.na{color:#999}
+.sticky{border-collapse:separate;border-spacing:0}.sticky td,.sticky th{border-width:0 1px 1px 0}
+.sticky tr:first-child th{border-top-width:1px}.sticky td:first-child,.sticky th:first-child{border-left-width:1px;
+position:sticky;left:0;z-index:1;background:#fff}.sticky th:first-child{background:#f1f1f1}
+.sticky tr.bad td:first-child{background:#fde2e2}.better{background:#e3f4e3}.worse{background:#fdf0d5}
+.versus td:last-child{text-align:left}
 figure{display:inline-block;margin:8px;vertical-align:top}figure img{max-width:560px;border:1px solid #ddd}
 pre{background:#f7f7f7;padding:8px;font-size:12px;overflow-x:auto;max-height:420px}
 .reading{background:#eef5ff;padding:10px 14px;border-left:4px solid #1f77b4}.notes{font-size:12px;color:#555}
 """
 
-# (summary key, what, lower is better)
-_READ = (
-    ("coll_iter_p99_s", "collective iteration p99", True),
-    ("fct_p99_s", "FCT p99", True),
-    ("rtt_p99_s", "RTT p99 under load", True),
-    ("goodput_bps", "aggregate goodput", False),
-)
-_UNITS = {"coll_iter_p99_s": "ms", "fct_p99_s": "ms", "rtt_p99_s": "ms", "goodput_bps": "Mb/s", "drops_total": "n"}
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _overlap(a: Row, b: Row, key: str) -> bool:
-    ca, cb = a.cells[key], b.cells[key]
-    if ca.mean is None or cb.mean is None or ca.ci95 is None or cb.ci95 is None:
-        return False
-    return abs(ca.mean - cb.mean) <= ca.ci95 + cb.ci95
+def _verdicts(items: list[Versus]) -> list[str]:
+    """Per variant, the metrics on which it was named better or worse than the baseline."""
+    out = []
+    for variant in dict.fromkeys(v.claim.a for v in items):
+        mine = [v for v in items if v.claim.a == variant]
+        if all(v.claim.verdict == NO_WINNER for v in mine):
+            continue  # its one-run sentence says so
+        better = [v.what for v in mine if v.better is True]
+        worse = [v.what for v in mine if v.better is False]
+        base = mine[0].claim.b
+        if better or worse:
+            said = f"better than {base} on {_and(better)}" if better else f"worse than {base} on {_and(worse)}"
+            if better and worse:
+                said += f", and worse on {_and(worse)}"
+            out.append(f"Where the interval excludes 0, {variant} is {said}.")
+        else:
+            out.append(f"No winner named between {variant} and {base}.")
+    return out
 
 
-def reading(cmp: Comparison) -> str:
-    """One paragraph of plain text: the best variant per headline metric, drops per variant, caveats."""
+def reading(cmp: Comparison, notes: Sequence[str] = ()) -> str:
+    """One paragraph of plain text: each variant against the baseline on the headline metrics (results.versus: a
+    direction is claimed only where a 95% interval excludes 0, never from one run per variant), drops and marks per
+    variant, rows that did not complete, caveats.
+
+    ``notes``: sentences that qualify the claims, placed right after them (e.g. whether the compared variants shared
+    their flow placement in each repeat).
+    """
     done = [r for r in cmp.rows if r.status == "complete"]
     keys = ", ".join(cmp.variants.keys) or "nothing (one scenario)"
     parts = [
         f"{len(cmp.rows)} row(s) from {sum(len(r.runs) for r in cmp.rows)} run(s); the scenarios differ in {keys}."
     ]
-    for key, what, lower in _READ:
-        have = [r for r in done if r.cells[key].mean is not None]
-        if len(have) < 2:
-            continue
-        have.sort(key=lambda r: r.cells[key].mean or 0.0, reverse=not lower)
-        best, rest = have[0], have[1:]
-        unit = _UNITS[key]
-        others = ", ".join(f"{cell_text(r.cells[key], unit)} {unit} for {r.variant}" for r in rest)
-        word = "lowest" if lower else "highest"
-        text = f"{best.variant} had the {word} {what} ({cell_text(best.cells[key], unit)} {unit}; {others})"
-        if any(_overlap(best, r, key) for r in rest):
-            text += ", though the 95% confidence intervals overlap"
-        parts.append(text + ".")
+    base = baseline(cmp)
+    items = versus(cmp)
+    if base is not None and items:
+        parts.append(f"Against the baseline {base.variant} (differences: variant - baseline):")
+        parts += vs.sentences(items)
+        parts += _verdicts(items)
+    parts += [n.strip() for n in notes if n and n.strip()]
     drops = [
         f"{r.variant}: {fmt(r.cells['drops_total'].mean, 'n')}" for r in done if r.cells["drops_total"].mean is not None
     ]
@@ -89,8 +106,13 @@ def reading(cmp: Comparison) -> str:
 
 
 def _table(cmp: Comparison) -> str:
+    """The comparison table (its first column stays in view while the ~30 columns scroll) and, with two or more
+    complete rows, the table of each variant against the baseline."""
     headers, body, notes = table_cells(cmp)
-    out = ["<div class='scroll'><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
+    out = [
+        "<div class='scroll'><table class='sticky'><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+        + "</tr>"
+    ]  # fmt: skip
     for row, line in zip(cmp.rows, body, strict=True):
         cls = "" if row.status == "complete" and not row.fidelity.startswith("NOT") else " class='bad'"
         cells = "".join(
@@ -100,12 +122,27 @@ def _table(cmp: Comparison) -> str:
         out.append(f"<tr{cls}>{cells}</tr>")
     out.append("</table></div>")
     out.append(
-        "<p class='notes'>Means over repetitions ± half-width of the 95% confidence interval (Student t). "
-        "Units in the headers.</p>"
+        "<p class='notes'>Means over repetitions ± half-width of the 95% confidence interval (Student t); runs: "
+        "the repetitions in each row. Units in the headers.</p>"
     )
     if notes:
         out.append("<ol class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ol>")
+    out += _versus_table(cmp)
     return "\n".join(out)
+
+
+def _versus_table(cmp: Comparison) -> list[str]:
+    items = versus(cmp)
+    if not items:
+        return []
+    out = [f"<h3>{html.escape(vs.title(cmp))}</h3><div class='scroll'><table class='sticky versus'><tr>"]
+    out[0] += "".join(f"<th>{html.escape(h)}</th>" for h in vs.HEADERS) + "</tr>"
+    for v, line in zip(items, vs.cells(items), strict=True):
+        cls = "" if v.better is None else " class='better'" if v.better else " class='worse'"
+        out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in line) + "</tr>")
+    out.append("</table></div>")
+    out.append(f"<p class='notes'>{html.escape(vs.NOTE)}</p>")
+    return out
 
 
 def _figures(plots: Plots) -> str:
@@ -191,7 +228,8 @@ def _sweeps(cmp: Comparison) -> list[str]:
     return ["<h2>Size sweeps (nccl-tests layout)</h2>", f"<pre>{html.escape(text)}</pre>"]
 
 
-def render(cmp: Comparison, plots: Plots, title: str | None = None) -> str:
+def render(cmp: Comparison, plots: Plots, title: str | None = None, notes: Sequence[str] = ()) -> str:
+    """The page; ``notes`` qualify the reading's claims (``reading``)."""
     names = sorted({str(r.manifest.get("scenario_name")) for row in cmp.rows for r in row.runs})
     title = title or f"Testbed report: {', '.join(names)}"
     base = next((r for row in cmp.rows for r in row.runs if r.status == "complete"), cmp.rows[0].runs[0])
@@ -205,7 +243,7 @@ def render(cmp: Comparison, plots: Plots, title: str | None = None) -> str:
             f"<style>{CSS}</style></head><body>",
             f"<h1>{html.escape(title)}</h1>",
             f"<p class='notes'>Generated {now} by results.html from the run records listed at the end.</p>",
-            f"<h2>Reading</h2><p class='reading'>{html.escape(reading(cmp))}</p>",
+            f"<h2>Reading</h2><p class='reading'>{html.escape(reading(cmp, notes))}</p>",
             "<h2>Comparison</h2>",
             _table(cmp),
             "<h2>Figures</h2>",

@@ -4,6 +4,7 @@
 
     name: ecn-vs-droptail
     description: what the experiment shows, in a sentence or two
+    label: A                       # optional: names the setting and nothing else (an A/A sweep: label: [A, B])
     fabric: {...}                  # testbed.spec.fabric.FabricSpec
     workload: [...]                # testbed.spec.workload.parse_workload
     duration: 10s                  # upper bound for the whole workload (every wait has a timeout)
@@ -13,6 +14,8 @@
     seed: 1
     telemetry: {queue_hz: 1000, link_hz: 100}   # bpf_queues: true adds qslots.csv, counted in the kernel
                                    # in slot_us (100) slots (testbed/telemetry/qslots.py)
+    placement: {mode: per-repeat}  # who picks flows' source ports: per-repeat, fixed or kernel
+                                   # (testbed/spec/placement.py)
     kernel: native                 # or stock: run inside a pinned stock kernel (testbed vm)
 
 Loading validates everything (unknown keys, impossible values, every sweep point) and builds nothing.
@@ -34,6 +37,7 @@ import yaml
 from testbed.spec.events import LinkEvent, parse_events
 from testbed.spec.fabric import FabricSpec, Override
 from testbed.spec.fields import SpecError, boolean, check_keys, integer, number, sub
+from testbed.spec.placement import PlacementSpec, check_capacity
 from testbed.spec.scaling import apply_scale
 from testbed.spec.topology import Topology
 from testbed.spec.units import Size, UnitError, parse_duration
@@ -49,8 +53,10 @@ SCENARIO_KEYS = {
     "sweep",
     "repeat",
     "seed",
+    "placement",
     "telemetry",
     "kernel",
+    "label",
 }
 TELEMETRY_KEYS = {"queue_hz", "link_hz", "cpu_hz", "bpf_queues", "slot_us", "path_bytes"}
 
@@ -103,7 +109,9 @@ class Scenario:
     variant: tuple[tuple[str, Any], ...] = ()  # this point's sweep values
     repeat_index: int = 0
     scale: dict[str, Any] | None = None  # rate scaling notes: both scales, and what does not scale
+    placement: PlacementSpec = field(default_factory=PlacementSpec)  # who picks flows' source ports
     events: tuple[LinkEvent, ...] = ()  # scheduled link events (testbed.spec.events)
+    label: str | None = None  # a name for the setting that changes nothing in the run (A/A sweeps)
 
 
 @dataclass(frozen=True)
@@ -141,9 +149,11 @@ def resolved(scenario: Scenario) -> dict[str, Any]:
         "workload": [to_plain(job) for job in scenario.workload],
         "duration_s": scenario.duration_s,
         "seed": scenario.seed,
+        "placement": to_plain(scenario.placement),
         "telemetry": to_plain(scenario.telemetry),
         "kernel": scenario.kernel,
         **({"events": [to_plain(e) for e in scenario.events]} if scenario.events else {}),
+        **({"label": scenario.label} if scenario.label is not None else {}),
     }
 
 
@@ -209,6 +219,8 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
     kernel = data.get("kernel", "native")
     if kernel not in ("native", "stock"):
         raise SpecError("kernel", f"must be native or stock, got {kernel!r}")
+    placement = PlacementSpec.from_dict(data.get("placement", {}) or {}, "placement")
+    check_capacity(placement, workload)
     return Scenario(
         name=name,
         fabric=fabric,
@@ -223,8 +235,23 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         variant=variant,
         repeat_index=repeat_index,
         scale=scale_notes,
+        placement=placement,
         events=_events(data, topo, duration, scale_notes),
+        label=_label(data.get("label")),
     )
+
+
+def _label(value: Any) -> str | None:
+    """``label``: a short one-line name (text or a number) that only tells runs apart, so that a sweep over it
+    (``sweep: {label: [A, B]}``) repeats one setting under two names: an A/A comparison."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise SpecError("label", f"must be a short name (text or a number), got {_brief(value)}")
+    text = str(value)
+    if not text.strip() or len(text) > 60 or "\n" in text:
+        raise SpecError("label", f"must be one non-empty line of at most 60 characters, got {_brief(text)!r}")
+    return text
 
 
 def _events(data: dict[str, Any], topo: Topology, duration: float, scaled: Any) -> tuple[LinkEvent, ...]:

@@ -77,9 +77,13 @@ def test_html_self_contained(cmp, plots) -> None:  # type: ignore[no-untyped-def
         assert needle in page, needle
 
 
-def test_reading_names_lowest_p99_and_drops(cmp) -> None:  # type: ignore[no-untyped-def]
+def test_reading_claims_against_the_baseline_with_n_and_interval(cmp) -> None:  # type: ignore[no-untyped-def]
     text = reading(cmp)
-    assert "buffer=50KB had the lowest RTT p99 under load" in text
+    assert "Against the baseline buffer=50KB" in text
+    assert "buffer=200KB lower than buffer=50KB on drops by 75.7 or 80% (95% CI [59.5, 91.8], n = 3, paired)." in text
+    claims = re.findall(r"buffer=200KB (?:lower|higher) than buffer=50KB on [^(]+\(95% CI [^)]+\)", text)
+    claims += re.findall(r"buffer=200KB vs buffer=50KB: no difference detected on .+? at n = \d+ \([^)]+\)", text)
+    assert len(claims) >= 3 and all("n = 3" in c and "paired" in c for c in claims), claims  # repeats 0-2 pair up
     assert "Drops (mean per run): buffer=50KB:" in text and "buffer=200KB:" in text
     assert "incomplete" in text
 
@@ -89,8 +93,14 @@ def test_report_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert report_main([str(DATA), "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "buffer=50KB" in printed and "buffer=200KB" in printed and str(out / "report.html") in printed
-    for f in ("comparison.csv", "comparison.md", "report.html", "plots/cdf_rtt.png", "plots/cdf_rtt.svg"):
+    for f in ("comparison.csv", "comparison.md", "versus.csv", "report.html", "plots/cdf_rtt.png", "plots/cdf_rtt.svg"):
         assert (out / f).stat().st_size > 0, f
+    # the same claims in the terminal, the Markdown, the CSV and the page
+    assert "vs baseline (buffer=50KB)" in printed and "lower (better)" in printed
+    assert "## vs baseline (buffer=50KB)" in (out / "comparison.md").read_text()
+    assert "n = 3, paired" in (out / "versus.csv").read_text()
+    page = (out / "report.html").read_text()
+    assert "position:sticky" in page and "vs baseline (buffer=50KB)" in page and "lower (better)" in page
     assert report_main([str(tmp_path / "missing")]) == 2
 
 

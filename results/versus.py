@@ -1,0 +1,252 @@
+"""Each variant against the baseline (the comparison's first complete row) on the headline metrics: the claims
+(results.claims) and their table, one line per variant and metric, in text, Markdown and CSV.
+
+The runs of a row are paired with the baseline's by ``repeat_index`` (the same flow placement); see results.claims
+for the interval used when they cannot be.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from results.claims import (
+    HIGHER,
+    LOWER,
+    MAX_REPEATS,
+    MIN_REPEATS_UNKNOWN_SPREAD,
+    NO_DIFFERENCE,
+    NO_WINNER,
+    PAIRED,
+    RESAMPLES,
+    SEED,
+    Claim,
+    Value,
+    compare_values,
+    wording,
+)
+from results.compare import Comparison, Row, fmt
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A headline metric: summary keys to try in turn (the first that both rows have) with their names."""
+
+    options: tuple[tuple[str, str], ...]  # (summary key, what it is called in a sentence)
+    unit: str  # display unit (results.compare's scales)
+    lower_better: bool
+
+
+HEADLINES: tuple[Headline, ...] = (
+    # coll p99 needs enough iterations to be computed; p50, then the mean iteration time, stand in
+    Headline(
+        (
+            ("coll_iter_p99_s", "collective iteration p99"),
+            ("coll_iter_p50_s", "collective iteration p50"),
+            ("coll_iter_mean_s", "mean collective iteration time"),
+        ),
+        "ms",
+        True,
+    ),
+    Headline((("fct_p99_s", "FCT p99"),), "ms", True),
+    Headline((("rtt_p99_s", "RTT p99 under load"),), "ms", True),
+    Headline((("goodput_bps", "aggregate goodput"),), "Mb/s", False),
+    Headline((("drops_total", "drops"),), "n", True),
+)
+
+
+@dataclass(frozen=True)
+class Versus:
+    """One claim of a row against the baseline, with how to say it."""
+
+    claim: Claim
+    what: str
+    unit: str
+    lower_better: bool
+
+    @property
+    def better(self) -> bool | None:
+        """True/False when the claim names a direction (the variant better or worse than the baseline)."""
+        if self.claim.verdict not in (LOWER, HIGHER):
+            return None
+        return (self.claim.verdict == LOWER) == self.lower_better
+
+    def show(self, value: float) -> str:
+        return fmt(value, self.unit)
+
+    @property
+    def text(self) -> str:
+        return wording(self.claim, self.what, self.show, "" if self.unit == "n" else self.unit)
+
+
+def values(row: Row, key: str) -> list[Value]:
+    """Each run's (repeat_index, value) of ``key`` in a row."""
+    out: list[Value] = []
+    for run, s in zip(row.runs, row.summaries, strict=True):
+        v = s.get(key)
+        idx = run.manifest.get("repeat_index")
+        num = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        out.append((int(idx) if isinstance(idx, int) and not isinstance(idx, bool) else None, num))
+    return out
+
+
+def baseline(cmp: Comparison) -> Row | None:
+    """The first complete row: what every other complete row is compared with."""
+    return next((r for r in cmp.rows if r.status == "complete"), None)
+
+
+def _has(row: Row, key: str) -> bool:
+    return any(v is not None for _, v in values(row, key))
+
+
+def versus(cmp: Comparison) -> list[Versus]:
+    """Every complete row but the baseline against it, on each headline metric both rows have."""
+    base = baseline(cmp)
+    if base is None:
+        return []
+    out = []
+    for row in cmp.rows:
+        if row is base or row.status != "complete":
+            continue
+        for h in HEADLINES:
+            found = next(((k, w) for k, w in h.options if _has(base, k) and _has(row, k)), None)
+            if found is None:
+                continue
+            key, what = found
+            claim = compare_values(key, row.variant, values(row, key), base.variant, values(base, key))
+            out.append(Versus(claim, what, h.unit, h.lower_better))
+    return out
+
+
+def sentences(items: list[Versus]) -> list[str]:
+    """The claims as sentences for a reading: each with an interval on its own; a variant's one-run claims (no
+    interval) grouped into one sentence that names no winner and says what the observed spread would need."""
+    out: list[str] = []
+    for variant in dict.fromkeys(v.claim.a for v in items):
+        mine = [v for v in items if v.claim.a == variant]
+        out += [v.text for v in mine if v.claim.verdict != NO_WINNER]
+        alone = [v for v in mine if v.claim.verdict == NO_WINNER]
+        if not alone:
+            continue
+        c0 = alone[0].claim
+        seen = []
+        for v in alone:
+            c = v.claim
+            assert c.mean_a is not None and c.mean_b is not None and c.diff is not None
+            u = "" if v.unit == "n" else f" {v.unit}"
+            text = f"{v.what} {v.show(c.mean_a)}{u} vs {v.show(c.mean_b)}{u}"
+            if c.spread is not None:
+                text += (
+                    f" (the spread seen would need about {c.needed} repeats per variant to tell)"
+                    if c.needed is not None
+                    else " (equal)"
+                    if c.diff == 0
+                    else f" (the spread seen would need more than {MAX_REPEATS} repeats per variant to tell)"
+                )
+            seen.append(text)
+        runs = "run" if c0.n_a == c0.n_b == 1 else "runs"
+        sentence = (
+            f"{variant} vs {c0.b} from {c0.n_a} and {c0.n_b} {runs}: {'; '.join(seen)}; "
+            "no winner named from one run per variant."
+        )
+        if any(v.claim.spread is None for v in alone):
+            sentence += (
+                f" No variant has two runs to show its spread: at least {MIN_REPEATS_UNKNOWN_SPREAD} repeats per "
+                "variant are needed to tell."
+            )
+        out.append(sentence)
+    return out
+
+
+HEADERS = ["variant", "metric", "mean", "baseline", "diff", "95% CI", "change", "n", "method", "verdict"]
+
+
+def _signed(value: float, unit: str) -> str:
+    text = fmt(value, unit)
+    return text if text.startswith("-") or value == 0 else "+" + text
+
+
+def _verdict(v: Versus) -> str:
+    c = v.claim
+    if v.better is not None:
+        return f"{c.verdict} ({'better' if v.better else 'worse'})"
+    if c.verdict == NO_DIFFERENCE:
+        return "no difference detected"
+    if c.verdict == NO_WINNER:
+        return "no winner: one run" + (f" (~{c.needed} repeats needed)" if c.needed else "")
+    return c.verdict
+
+
+def cells(items: list[Versus]) -> list[list[str]]:
+    """One text line per claim, in the order of HEADERS (diff and CI of variant - baseline)."""
+    body = []
+    for v in items:
+        c = v.claim
+        u = v.unit
+        metric = v.what if u in ("n", "x") else f"{v.what} ({u})"
+        ci = f"[{_signed(c.lo, u)}, {_signed(c.hi, u)}]" if c.lo is not None and c.hi is not None else "-"
+        change = f"{c.relative * 100:+.0f}%" if c.relative is not None else "-"
+        n = f"{c.n_a} vs {c.n_b}" if c.method != PAIRED and c.n_a != c.n_b else str(c.n)
+        body.append([
+            c.a, metric, fmt(c.mean_a, u), fmt(c.mean_b, u),
+            _signed(c.diff, u) if c.diff is not None else "n/a",
+            ci, change, n, c.method, _verdict(v),
+        ])  # fmt: skip
+    return body
+
+
+NOTE = (
+    "diff = variant - baseline; the 95% interval is a paired t interval over the runs of the same repeat (same flow "
+    f"placement), or a bootstrap of the difference of means ({RESAMPLES} resamples, seed {SEED}) where runs cannot be "
+    "paired; "
+    "a winner is named only where the interval excludes 0, never from one run per variant."
+)
+
+
+def title(cmp: Comparison) -> str:
+    base = baseline(cmp)
+    return f"vs baseline ({base.variant})" if base is not None else "vs baseline"
+
+
+def to_text(cmp: Comparison) -> str:
+    """The vs-baseline table as aligned text ("" with fewer than two complete rows)."""
+    body = cells(versus(cmp))
+    if not body:
+        return ""
+    widths = [max(len(HEADERS[i]), *(len(r[i]) for r in body)) for i in range(len(HEADERS))]
+    lines = [title(cmp), "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
+    return "\n".join([*lines, NOTE]) + "\n"
+
+
+def to_markdown(cmp: Comparison) -> str:
+    body = cells(versus(cmp))
+    if not body:
+        return ""
+    esc = [[c.replace("|", "\\|") for c in line] for line in [HEADERS, *body]]
+    lines = [f"## {title(cmp)}", "", "| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
+    lines += ["| " + " | ".join(line) + " |" for line in esc[1:]]
+    return "\n".join([*lines, "", NOTE]) + "\n"
+
+
+CSV_FIELDS = ("variant", "baseline", "metric", "what", "mean", "baseline_mean", "diff", "lo", "hi", "relative", "n",
+              "n_variant", "n_baseline", "method", "resamples", "verdict", "better", "repeats_needed", "claim")  # fmt: skip
+
+
+def write_csv(cmp: Comparison, path: Path) -> bool:
+    """The claims in SI units (``versus.csv``); False (and no file) with fewer than two complete rows."""
+    items = versus(cmp)
+    if not items:
+        return False
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_FIELDS)
+        for v in items:
+            c = v.claim
+            row: list[Any] = [c.a, c.b, c.metric, v.what, c.mean_a, c.mean_b, c.diff, c.lo, c.hi, c.relative, c.n,
+                              c.n_a, c.n_b, c.method, c.resamples, c.verdict, v.better, c.needed, v.text]  # fmt: skip
+            w.writerow(["" if x is None else repr(x) if isinstance(x, float) else x for x in row])
+    return True
