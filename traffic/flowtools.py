@@ -1,9 +1,8 @@
 """Small socket programs run in host namespaces: a latency probe and short-flow / incast senders and sink.
 
 ``python3 -m traffic.flowtools CONFIG.json ROLE [INDEX]`` with ROLE one of
-- ``echo``: TCP/UDP echo server of the RTT probe (runs until stopped);
-- ``probe``: sends ``size``-byte requests at a fixed rate, records each round trip (JSON lines ``seq``,
-  ``t_send``, ``rtt_s``; ``rtt_s`` null for a UDP request not answered before the next one is due);
+- ``echo``: TCP/UDP echo server of the RTT probe (runs until stopped; traffic.rtt_probe);
+- ``probe``: the RTT prober of pair INDEX: a request in every slot, answers matched by seq (traffic.rtt_probe);
 - ``sink``: receives short flows (a 12-byte header: flow id, size), acknowledges each with one byte; in incast
   mode it also releases every round to all senders at once over a control connection, when the last round is
   complete;
@@ -14,7 +13,6 @@ Every socket has a timeout; an error ends the process non-zero with a message on
 from __future__ import annotations
 
 import json
-import math
 import socket
 import struct
 import sys
@@ -23,9 +21,9 @@ import time
 from typing import Any
 
 from traffic.gate import ready_then_wait
+from traffic.rtt_probe import echo, probe
 
 HDR = struct.Struct("!IQ")  # flow id, size
-PROBE = struct.Struct("!Id")  # seq, t_send
 
 
 def _tune(sock: socket.socket, cc: str | None, tos: int | None = None) -> None:
@@ -65,97 +63,6 @@ def _connect(
             if time.time() > deadline:
                 raise
             time.sleep(0.05)
-
-
-def echo(cfg: dict[str, Any], ip: str) -> None:
-    port, size = cfg["port"], cfg["size"]
-    if cfg["proto"] == "udp":
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        if cfg.get("tos"):
-            u.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["tos"])
-        u.bind((ip, port))
-        while True:
-            data, addr = u.recvfrom(65536)
-            u.sendto(data, addr)
-    lst = socket.create_server((ip, port), backlog=64)
-
-    def serve(c: socket.socket) -> None:
-        buf = memoryview(bytearray(size))
-        try:
-            while True:
-                _recv_exact(c, buf)
-                c.sendall(buf)
-        except (ConnectionError, OSError):
-            c.close()
-
-    while True:
-        c, _ = lst.accept()
-        _tune(c, cfg.get("cc"))
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
-
-
-HELLO_SEQ = 0xFFFFFFFF  # the reachability request's seq: the probe loop drops its late answers like any other
-
-
-def _await_udp_echo(s: socket.socket, deadline: float) -> None:
-    """Send a request until the UDP echo server answers one (it may not be bound yet: refused or silent)."""
-    hello = PROBE.pack(HELLO_SEQ, 0.0)
-    s.settimeout(0.05)
-    while True:
-        try:
-            s.send(hello)
-            if s.recv(65536):
-                return
-        except (TimeoutError, ConnectionRefusedError):
-            if time.time() > deadline:
-                raise TimeoutError("the UDP echo server never answered") from None
-
-
-def probe(cfg: dict[str, Any], out: Any) -> None:
-    size, interval, dur = cfg["size"], cfg["interval"], cfg["duration"]
-    udp = cfg["proto"] == "udp"
-    if udp:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        if cfg.get("tos"):
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["tos"])
-        s.connect((cfg["dst_ip"], cfg["port"]))
-        _await_udp_echo(s, time.time() + 10)
-    else:
-        s = _connect(cfg["dst_ip"], cfg["port"], cfg.get("cc"), time.time() + 10, cfg.get("tos"))
-        s.settimeout(5.0)
-    buf = bytearray(max(size, PROBE.size))
-    view = memoryview(buf)
-    t0 = ready_then_wait()
-    seq = 0
-    while True:
-        t_next = t0 + seq * interval
-        if t_next > t0 + dur:
-            break
-        delay = t_next - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        ts = time.time()
-        PROBE.pack_into(buf, 0, seq, ts)
-        rtt: float | None
-        if udp:
-            s.send(view)
-            s.settimeout(max(0.001, t0 + (seq + 1) * interval - time.time()))
-            try:
-                while True:  # drop late answers of earlier requests
-                    n = s.recv_into(view)
-                    if n >= PROBE.size and PROBE.unpack_from(buf, 0)[0] == seq:
-                        break
-                rtt = time.time() - ts
-            except TimeoutError:
-                rtt = None
-        else:
-            s.sendall(view)
-            _recv_exact(s, view)
-            rtt = time.time() - ts
-        out.write(json.dumps({"type": "rtt", "seq": seq, "t_send": ts, "rtt_s": rtt}) + "\n")
-        # a TCP answer later than the next slot skips the slots that passed: sending them back-to-back to catch up
-        # would measure the path when the sender is not on schedule (once the queue drained, at 30 us each)
-        seq = seq + 1 if udp else max(seq + 1, math.ceil((time.time() - t0) / interval))
 
 
 def sink(cfg: dict[str, Any]) -> None:

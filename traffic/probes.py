@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from testbed.spec.units import format_bytes
 from testbed.spec.workload import RttProbeJob, ShortFlowsJob
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl, tos_of
 from traffic.placement import PlacementError
+from traffic.rtt_probe import DRAIN_MAX_S
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
@@ -19,13 +20,15 @@ TOOL = [PYTHON, "-m", "traffic.flowtools"]
 
 
 class RttProbeGenerator(ProcGenerator):
-    """One echo server per distinct destination, one probe client per [src, dst] pair."""
+    """One echo server per distinct destination, one prober per [src, dst] pair (traffic.rtt_probe), each on the
+    source port the run's placement gives it (flow key ``probe<i>``, i the pair's index)."""
 
     def __init__(self, spec: RttProbeJob, index: int):
         super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = 7000 + 10 * index
-        self.timeout = spec.duration + 20
+        # the slots, a catch-up after a stall as long again, and the wait for the last answers
+        self.timeout = 2 * spec.duration + DRAIN_MAX_S + 10
 
     def check(self, caps: Capabilities) -> None:
         check_cc(caps, self.spec.cc, self.name)
@@ -33,17 +36,23 @@ class RttProbeGenerator(ProcGenerator):
     def start(self, ctx: RunContext) -> None:
         s = self.spec
         probes = []
-        for src, dst in s.pairs:
-            host(ctx, src, self.name)
+        for i, (src, dst) in enumerate(s.pairs):
+            try:  # the prober's connection (or datagrams) from its placed port: the same one in every variant
+                sport = ctx.ports.sport(host(ctx, src, self.name).name, s.name, f"probe{i}")
+            except PlacementError as exc:
+                raise GeneratorError(str(exc)) from None
             probes.append(
                 {
                     "src": src,
                     "dst": dst,
+                    "src_ip": host(ctx, src, self.name).ip,
+                    "sport": sport,
                     "dst_ip": host(ctx, dst, self.name).ip,
                     "port": self.port,
                     "size": s.size,
                     "interval": s.interval,
                     "duration": s.duration,
+                    "slots": s.slots,
                     "proto": s.proto,
                     "cc": ctx.kernel_cc(s.cc),
                     "tos": tos_of(s.dscp),
@@ -72,22 +81,37 @@ class RttProbeGenerator(ProcGenerator):
         return parse_rtt(raw_dir, self.name)
 
 
+def probe_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pure: one row per slot a prober sent, in seq order: ``t_send``; ``rtt_s``, its first answer's arrival minus
+    its send (None, an empty cell, when none came before the prober ended); ``send_late_s``, how long after its
+    slot it was sent. A prober of older records wrote one ``rtt`` record per request: read as written."""
+    sends: dict[int, dict[str, Any]] = {}
+    answers: dict[int, float] = {}
+    rows = []
+    for rec in records:
+        kind = rec.get("type")
+        if kind == "send":
+            sends.setdefault(rec["seq"], rec)
+        elif kind == "answer":
+            answers.setdefault(rec["seq"], rec["t_recv"])
+        elif kind == "rtt":
+            rows.append({"seq": rec["seq"], "t_send": rec["t_send"], "rtt_s": rec["rtt_s"], "send_late_s": None})
+    for seq in sorted(sends):
+        t_send, t_recv = sends[seq]["t_send"], answers.get(seq)
+        rtt = None if t_recv is None else t_recv - t_send
+        rows.append({"seq": seq, "t_send": t_send, "rtt_s": rtt, "send_late_s": t_send - sends[seq]["t_sched"]})
+    return rows
+
+
 def parse_rtt(raw_dir: Path, job: str) -> Rows:
-    """Pure: one rtt.csv row per request (rtt_s None, an empty cell, when a UDP request went unanswered; missing numbers are None throughout)."""
+    """Pure: rtt.csv's rows, one per slot each prober sent (``probe_rows``)."""
     cfg = json.loads((raw_dir / f"{job}.config.json").read_text())
     rows = []
     for i, p in enumerate(cfg["probes"]):
-        for rec in read_jsonl(raw_dir / f"{job}.probe{i}.jsonl"):
-            rows.append(
-                {
-                    "job": job,
-                    "src": p["src"],
-                    "dst": p["dst"],
-                    "seq": rec["seq"],
-                    "t_send": rec["t_send"],
-                    "rtt_s": rec["rtt_s"],
-                }
-            )
+        path = raw_dir / f"{job}.probe{i}.jsonl"
+        if not path.exists():
+            raise GeneratorError(f"job {job}: the probe from {p['src']} to {p['dst']} wrote no records")
+        rows += [{"job": job, "src": p["src"], "dst": p["dst"], **r} for r in probe_rows(read_jsonl(path))]
     return {"rtt": rows}
 
 

@@ -108,7 +108,10 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
         ("job", "flow_id", "src", "dst", "size_bytes", "t_start", "t_end", "size_class", "proto", "sport", "dport"),
         "flow completion times",
     ),
-    "rtt": (("job", "src", "dst", "seq", "t_send", "rtt_s"), "latency probe samples (rtt_s empty when lost)"),
+    "rtt": (
+        ("job", "src", "dst", "seq", "t_send", "rtt_s", "send_late_s"),
+        "latency probe: one row per slot (rtt_s empty when lost; send_late_s: sent this long after its slot)",
+    ),
     "pipeline": (
         ("job", "iter", "stage", "microbatch", "phase", "op", "peer", "t_start", "t_end", "bytes"),
         "pipeline-parallel schedule events",

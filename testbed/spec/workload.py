@@ -21,6 +21,7 @@ Keys of the rank-based kinds (collectives, ps, pipeline):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -319,16 +320,36 @@ class IperfJob(JobBase):
         return range(self.cport, self.cport + self.parallel) if self.cport is not None else range(0)
 
 
+MIN_PROBE_INTERVAL_S = 0.001  # the probe sends from Python: at most a thousand requests a second
+
+
 @dataclass(frozen=True)
 class RttProbeJob(JobBase):
-    """Latency probe: request/response of ``size`` bytes over TCP (``proto``; or udp) between each [src, dst] of
-    ``pairs`` every ``interval`` seconds for ``duration`` seconds; each round trip goes to rtt.csv."""
+    """Latency probe from each [src, dst] of ``pairs``: a ``size``-byte request in every slot of ``interval``
+    (slot k at the start + k * interval) for ``duration``, echoed by dst; rtt.csv gets one row per slot. Requests
+    go out on schedule whatever the answers do, several outstanding as with ``ping -i`` (traffic/rtt_probe.py).
+    ``proto``: ``tcp`` (default; one connection, requests pipelined on it: the latency a TCP flow's small messages
+    see, head-of-line waiting and retransmissions included) or ``udp`` (a datagram each, as irtt: a loss is a
+    loss)."""
 
     pairs: tuple[tuple[str, str], ...] = spec_field((), f.host_pairs, required=True)
     interval: float = spec_field(0.01, f.duration)
     size: int = spec_field(64, f.bytes_)
     duration: float = spec_field(5.0, f.duration)
     proto: str = spec_field("tcp", f.one_of("tcp", "udp"))
+
+    def check(self, data: Mapping[str, Any], path: str) -> None:
+        if self.interval < MIN_PROBE_INTERVAL_S:
+            raise SpecError(
+                sub(path, "interval"), f"at least {MIN_PROBE_INTERVAL_S * 1e3:g}ms, got {self.interval:g} s"
+            )
+        if self.duration < self.interval:
+            raise SpecError(sub(path, "duration"), f"shorter than one interval ({self.interval:g} s): no slot to send")
+
+    @property
+    def slots(self) -> int:
+        """The number of slots: every k >= 0 with k * interval < ``duration`` (600 for 6 s at 10 ms)."""
+        return math.ceil(self.duration / self.interval - 1e-9)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ def probe_kvm(qemu: Path, kvm_dev: str = "/dev/kvm") -> Accel:
         proc.kill()
         proc.communicate()
         return Accel("kvm", "KVM works (probe ran)")
+    except BaseException:  # SIGTERM (run_in_guest raises on it), Ctrl-C: the probe, in its own session, gets neither
+        proc.kill()
+        proc.wait()
+        raise
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     why = lines[0] if lines else f"exit {proc.returncode}"
     return Accel("tcg", f"KVM cannot run a guest here ({why.removeprefix('qemu-system-x86_64: ')})")

@@ -18,8 +18,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -138,21 +138,22 @@ def _raise_on_term(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> tuple[int, _Collector, float, float]:
-    # SIGTERM to this process must not orphan QEMU (it runs in its own session): raise, so the guest is killed. The
-    # handler goes in before QEMU starts, so no SIGTERM can fall between the start and the handler.
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) inside the block, so that the cleanup under it runs: what this process
+    started in sessions of their own (the KVM probe's QEMU, the guest's vng and QEMU) gets no signal of its own,
+    and SIGTERM's default action would end this process at once and leave them running. Only the main thread can
+    set a handler; elsewhere the block runs as it is."""
     main = threading.current_thread() is threading.main_thread()
-    prev_term = signal.signal(signal.SIGTERM, _raise_on_term) if main else None
+    prev = signal.signal(signal.SIGTERM, _raise_on_term) if main else None
     try:
-        return _boot_and_wait(cmd, env, timeout, stream)
+        yield
     finally:
-        if prev_term is not None:
-            signal.signal(signal.SIGTERM, prev_term)
+        if main:
+            signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)
 
 
-def _boot_and_wait(
-    cmd: list[str], env: dict[str, str], timeout: float, stream: bool
-) -> tuple[int, _Collector, float, float]:
+def _boot(cmd: list[str], env: dict[str, str], timeout: float, stream: bool) -> tuple[int, _Collector, float, float]:
     t0 = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -216,16 +217,17 @@ def run_in_guest(
     fabric may build (and measure) while a guest runs; a native run started meanwhile waits or is refused with
     "another testbed run is active (... guest-kernel run)". The guest's own runs lock the guest's /run.
     """
-    tools = ensure_guest_tools(install=install)
-    image: KernelImage = ensure_kernel(kernel, cache)
-    chosen: Accel = choose_accel(tools.qemu, accel)
-    host_env, env_dirs = forwarded_env()
-    shared = [RUNS_DIR, *env_dirs, *(Path(d).resolve() for d in rwdirs)]
-    for d in shared:
-        d.mkdir(parents=True, exist_ok=True)
-    work = Path(cwd).resolve() if cwd is not None else Path.cwd()
-    rw = tuple(dict.fromkeys(shared))
     with ExitStack() as stack:
+        stack.enter_context(sigterm_raises())  # first: the probe's and the guest's QEMU are killed on SIGTERM
+        tools = ensure_guest_tools(install=install)
+        image: KernelImage = ensure_kernel(kernel, cache)
+        chosen: Accel = choose_accel(tools.qemu, accel)
+        host_env, env_dirs = forwarded_env()
+        shared = [RUNS_DIR, *env_dirs, *(Path(d).resolve() for d in rwdirs)]
+        for d in shared:
+            d.mkdir(parents=True, exist_ok=True)
+        work = Path(cwd).resolve() if cwd is not None else Path.cwd()
+        rw = tuple(dict.fromkeys(shared))
         if bench_lock:  # first, as benchmarks do (bench lock, then the run lock of their fabric)
             lock = stack.enter_context(open(BENCH_LOCK, "w"))
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -85,12 +85,15 @@ def test_an_unavailable_kernel_package_fails_clearly_before_any_guest(tmp_path: 
 
 
 def test_sigterm_to_testbed_vm_kills_the_guest(tmp_path: Path) -> None:
-    """The bug: SIGTERM to `testbed vm` ended it but left vng, virtme-run and QEMU running in their own session."""
+    """The bug: SIGTERM to `testbed vm` ended it but left vng, virtme-run and QEMU running in their own session.
+
+    The test waits for its own guest: a QEMU under the `testbed vm` it started that boots a kernel. Without a
+    cached accelerator choice, testbed.vm.accel first runs a QEMU of its own for a moment (no kernel, no boot
+    device), which is not the guest."""
     import signal
     import sys
     import time
 
-    before = _qemu_pids()
     err = tmp_path / "vm.stderr"
     with err.open("w") as err_file:
         proc = subprocess.Popen(
@@ -101,9 +104,9 @@ def test_sigterm_to_testbed_vm_kills_the_guest(tmp_path: Path) -> None:
         )
     try:
         t0 = time.monotonic()
-        while not (_qemu_pids() - before) and time.monotonic() < t0 + START_S and proc.poll() is None:
+        while not _guest_qemu_pids(proc.pid) and time.monotonic() < t0 + START_S and proc.poll() is None:
             time.sleep(0.2)
-        started = _qemu_pids() - before
+        started = _guest_qemu_pids(proc.pid)
         assert started, _no_qemu(proc, err, time.monotonic() - t0)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) != 0
@@ -114,17 +117,48 @@ def test_sigterm_to_testbed_vm_kills_the_guest(tmp_path: Path) -> None:
             proc.wait()
 
 
-START_S = 300  # a guest starts in ~2 s here; the bound only ends a hung start (with what it said)
+START_S = 900  # a guest starts in seconds once QEMU and the kernel are here; the first use installs them first
 
 
 def _no_qemu(proc: subprocess.Popen[bytes], err: Path, waited: float) -> str:
-    """Why no QEMU appeared: the command's exit code (or that it still ran), its stderr, and the run lock's holder."""
+    """Why no guest QEMU appeared: the command's exit code (or that it still ran), its stderr, the run lock's
+    holder, and the QEMUs there were (the accel probe's among them, if it was still running)."""
     state = f"exited {proc.returncode}" if proc.poll() is not None else "still running"
     lock = Path("/run/testbed/lock")
     holder = lock.read_text().strip() if lock.exists() else "(no lock file)"
+    qemus = {pid: _argv(pid) for pid in _qemu_pids()}
     return (
-        f"no QEMU after {waited:.0f} s; testbed vm {state}; run lock: {holder!r}; stderr: {err.read_text()[-2000:]!r}"
+        f"no guest QEMU after {waited:.0f} s; testbed vm {state}; run lock: {holder!r}; QEMUs: {qemus}; "
+        f"stderr: {err.read_text()[-2000:]!r}"
     )
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # fields after "comm)": state ppid ...
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        pid = _parent(pid)
+        if pid == ancestor:
+            return True
+    return False
+
+
+def _guest_qemu_pids(ancestor: int) -> set[int]:
+    """QEMUs under ``ancestor`` that boot a kernel (``-kernel``): a guest, not the accel probe."""
+    return {pid for pid in _qemu_pids() if _descends_from(pid, ancestor) and "-kernel" in _argv(pid)}
 
 
 def _qemu_pids() -> set[int]:

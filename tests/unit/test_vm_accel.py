@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from testbed.vm.accel import choose_accel, probe_kvm
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _fake_qemu(tmp_path: Path, body: str) -> Path:
@@ -41,3 +48,38 @@ def test_explicit_choice_skips_the_probe(tmp_path: Path) -> None:
     q = tmp_path / "does-not-exist"
     assert choose_accel(q, "tcg").name == "tcg"
     assert choose_accel(q, "kvm").name == "kvm"
+
+
+PROBING = """\
+import sys
+from pathlib import Path
+from testbed.vm import accel
+from testbed.vm.guest import sigterm_raises
+accel.PROBE_S = 600
+with sigterm_raises():
+    accel.probe_kvm(Path(sys.argv[1]), sys.argv[2])
+"""
+
+
+def test_sigterm_while_probing_kills_the_probe(tmp_path: Path) -> None:
+    """The probe's QEMU runs in a session of its own and, where KVM works, sits in the BIOS until killed: SIGTERM to
+    the process probing (under run_in_guest's SIGTERM handler) must take the probe with it."""
+    pid_file = tmp_path / "probe.pid"
+    q = _fake_qemu(tmp_path, f"echo $$ > {pid_file}.new; mv {pid_file}.new {pid_file}; exec sleep 600")
+    child = subprocess.Popen([sys.executable, "-c", PROBING, str(q), _kvm_dev(tmp_path)], cwd=REPO)
+    probe = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), f"the stand-in QEMU never started (prober exit {child.poll()})"
+        probe = int(pid_file.read_text())
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=60) == 128 + signal.SIGTERM
+        assert not Path(f"/proc/{probe}").exists(), "the probe's QEMU was left running"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if probe and Path(f"/proc/{probe}").exists():
+            os.kill(probe, signal.SIGKILL)
