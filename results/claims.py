@@ -209,6 +209,13 @@ def _percent(x: float) -> str:
     return f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
 
 
+def no_winner(c: Claim) -> str:
+    """Why a claim without an interval names no winner: one run per variant, or one run (with a value) of one."""
+    if c.n_a < 2 and c.n_b < 2:
+        return "no winner named from one run per variant"
+    return f"no winner named from one run of {c.a if c.n_a < 2 else c.b}"
+
+
 def wording(c: Claim, what: str, show: Callable[[float], str], unit: str = "") -> str:
     """One sentence for the claim: ``what`` names the metric, ``show`` formats a value in its display unit (number
     only), ``unit`` follows the numbers ("ms"; "" for counts)."""
@@ -233,7 +240,7 @@ def wording(c: Claim, what: str, show: Callable[[float], str], unit: str = "") -
     runs = "run" if c.n_a == c.n_b == 1 else "runs"
     text = (
         f"{c.a} vs {c.b} on {what}: {show(c.mean_a)}{u} vs {show(c.mean_b)}{u} from {c.n_a} and {c.n_b} {runs}; "
-        "no winner named from one run per variant."
+        f"{no_winner(c)}."
     )
     if c.spread is None:
         return text + (

@@ -25,6 +25,7 @@ from results.claims import (
     Claim,
     Value,
     compare_values,
+    no_winner,
     wording,
 )
 from results.compare import Comparison, Row, fmt
@@ -120,43 +121,42 @@ def versus(cmp: Comparison) -> list[Versus]:
     return out
 
 
+def _observed(v: Versus) -> str:
+    """A one-run claim's observed values, and the repeats the spread seen would need to tell them apart."""
+    c = v.claim
+    assert c.mean_a is not None and c.mean_b is not None and c.diff is not None
+    u = "" if v.unit == "n" else f" {v.unit}"
+    text = f"{v.what} {v.show(c.mean_a)}{u} vs {v.show(c.mean_b)}{u}"
+    if c.spread is None:
+        return text
+    if c.needed is not None:
+        return text + f" (the spread seen would need about {c.needed} repeats per variant to tell)"
+    if c.diff == 0:
+        return text + " (equal)"
+    return text + f" (the spread seen would need more than {MAX_REPEATS} repeats per variant to tell)"
+
+
 def sentences(items: list[Versus]) -> list[str]:
     """The claims as sentences for a reading: each with an interval on its own; a variant's one-run claims (no
-    interval) grouped into one sentence that names no winner and says what the observed spread would need."""
+    interval) with the same run counts grouped into one sentence that names no winner and says what the observed
+    spread would need."""
     out: list[str] = []
     for variant in dict.fromkeys(v.claim.a for v in items):
         mine = [v for v in items if v.claim.a == variant]
         out += [v.text for v in mine if v.claim.verdict != NO_WINNER]
         alone = [v for v in mine if v.claim.verdict == NO_WINNER]
-        if not alone:
-            continue
-        c0 = alone[0].claim
-        seen = []
-        for v in alone:
-            c = v.claim
-            assert c.mean_a is not None and c.mean_b is not None and c.diff is not None
-            u = "" if v.unit == "n" else f" {v.unit}"
-            text = f"{v.what} {v.show(c.mean_a)}{u} vs {v.show(c.mean_b)}{u}"
-            if c.spread is not None:
-                text += (
-                    f" (the spread seen would need about {c.needed} repeats per variant to tell)"
-                    if c.needed is not None
-                    else " (equal)"
-                    if c.diff == 0
-                    else f" (the spread seen would need more than {MAX_REPEATS} repeats per variant to tell)"
+        for counts in dict.fromkeys((v.claim.n_a, v.claim.n_b) for v in alone):
+            group = [v for v in alone if (v.claim.n_a, v.claim.n_b) == counts]
+            c0 = group[0].claim
+            runs = "run" if counts == (1, 1) else "runs"
+            seen = "; ".join(_observed(v) for v in group)
+            sentence = f"{variant} vs {c0.b} from {counts[0]} and {counts[1]} {runs}: {seen}; {no_winner(c0)}."
+            if any(v.claim.spread is None for v in group):
+                sentence += (
+                    f" No variant has two runs to show its spread: at least {MIN_REPEATS_UNKNOWN_SPREAD} repeats per "
+                    "variant are needed to tell."
                 )
-            seen.append(text)
-        runs = "run" if c0.n_a == c0.n_b == 1 else "runs"
-        sentence = (
-            f"{variant} vs {c0.b} from {c0.n_a} and {c0.n_b} {runs}: {'; '.join(seen)}; "
-            "no winner named from one run per variant."
-        )
-        if any(v.claim.spread is None for v in alone):
-            sentence += (
-                f" No variant has two runs to show its spread: at least {MIN_REPEATS_UNKNOWN_SPREAD} repeats per "
-                "variant are needed to tell."
-            )
-        out.append(sentence)
+            out.append(sentence)
     return out
 
 

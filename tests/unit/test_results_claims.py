@@ -194,6 +194,20 @@ def test_reading_never_names_a_winner_from_one_run_per_variant() -> None:
     assert "No winner named between" not in text  # the one-run sentence says it once
 
 
+def test_a_metric_with_one_run_on_a_side_names_no_winner_there_alone() -> None:
+    a = [_summary(30, 0.05), _summary(36, 0.06), _summary(33, 0.055)]
+    b = [_summary(0, 0.02), _summary(0, 0.021), _summary(0, 0.019)]
+    for s in b[1:]:  # two of the baseline's runs could not compute the FCT p99
+        s["fct_p99_s"] = None
+    runs, sums = _runs({"A": b, "B": a})
+    text = reading(compare(runs, sums))
+    assert "B lower than A on drops" not in text and "B higher than A on drops by 33 or" not in text
+    assert "B higher than A on drops by 33 (95% CI" in text  # the baseline's 0 drops: no percentage
+    assert "B vs A from 3 and 1 runs: FCT p99 55 ms vs 20 ms (the spread seen would need about 3 repeats per " \
+        "variant to tell); no winner named from one run of A." in text  # fmt: skip
+    assert "B is worse than A on collective iteration p50 and drops." in text
+
+
 def test_aa_sweep_by_label_changes_nothing_but_the_name_and_names_no_winner() -> None:
     data = {
         "name": "aa",
