@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from results.metrics import summarize
 from results.record import Run
@@ -24,13 +24,16 @@ from results.stats import mean_ci
 
 IGNORED_KEY = re.compile(r"(^|\.)(seed|repeat|repeats|repeat_index|run_id|id|prefix|timestamp|date)$|(_at|_id)$")
 
-# (summary key, header, unit) in the order of issue 5; unit picks the display scale
+# (summary key, header, unit) in the order of issue 5; unit picks the display scale. A header says which figure it
+# is where two share a name: busbw is nccl-tests' (size over the mean iteration time), the median iteration's is
+# labelled so; ECMP balance fabric-wide and in the worst group; retransmissions in all and by kind
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("goodput_bps", "goodput", "Mb/s"),
     ("coll_iter_p50_s", "coll p50", "ms"),
     ("coll_iter_p99_s", "coll p99", "ms"),
     ("busbw_bps", "busbw", "Mb/s"),
-    ("measured_over_ideal", "meas/ideal", "x"),
+    ("busbw_median_iter_bps", "busbw (median iter)", "Mb/s"),
+    ("measured_over_ideal", "meas/ideal (median iter)", "x"),
     ("fct_p50_s", "FCT p50", "ms"),
     ("fct_p99_s", "FCT p99", "ms"),
     ("fct_p999_s", "FCT p99.9", "ms"),
@@ -42,8 +45,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("queue_backlog_p99_bytes", "queue p99", "KB"),
     ("link_util_mean", "util mean", "%"),
     ("link_util_max", "util max", "%"),
-    ("ecmp_imbalance", "ECMP max/mean", "x"),
-    ("retrans_total", "retrans", "n"),
+    ("ecmp_imbalance", "ECMP max/mean (fabric)", "x"),
+    ("ecmp_imbalance_worst_group", "ECMP max/mean (worst group)", "x"),
+    ("retrans_total", "retrans (segs)", "n"),
+    ("retrans_fast_total", "fast retrans", "n"),
+    ("retrans_rto_total", "RTO retrans", "n"),
+    ("retrans_tlp_total", "TLPs", "n"),
+    ("retrans_spurious_total", "spurious retrans (D-SACK)", "n"),
+    ("retrans_failed_total", "retrans failed at host", "n"),
     ("timeouts_total", "timeouts", "n"),
     ("reorder_total", "reordering", "n"),
     ("jain_fairness", "Jain", "x"),
@@ -198,16 +207,28 @@ class Comparison:
         return [r.label for r in self.rows]
 
 
+def _number(v: Any) -> TypeGuard[float]:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _cell(key: str, summaries: list[dict[str, Any]]) -> Cell:
+    """The mean over the runs that computed ``key``; n/a with the runs' reasons (a refused quantile's among them:
+    "p99 needs >= 100 samples, have 8") when none did, the count and reasons of those that did not otherwise."""
     vals = [s.get(key) for s in summaries]
-    nums = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not nums:
-        reasons = sorted(
-            {str(s.get("not_applicable", {}).get(key, f"{key} missing from the summary")) for s in summaries}
+    nums = [float(v) for v in vals if _number(v)]
+    reasons = "; ".join(
+        sorted(
+            {
+                str(s.get("not_applicable", {}).get(key, f"{key} missing from the summary"))
+                for s, v in zip(summaries, vals, strict=True)
+                if not _number(v)
+            }
         )
-        return Cell(None, reason="; ".join(reasons))
+    )
+    if not nums:
+        return Cell(None, reason=reasons)
     mean, half, n = mean_ci(nums)
-    reason = f"{len(vals) - n} of {len(vals)} runs could not compute it" if n < len(vals) else None
+    reason = f"{len(vals) - n} of {len(vals)} runs could not compute it: {reasons}" if n < len(vals) else None
     return Cell(mean, half, n, reason)
 
 

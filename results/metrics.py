@@ -1,7 +1,9 @@
 """Metrics of one run: pure functions from a ``Run`` (its tables and manifest) to a flat summary dict.
 
-``summarize(run)`` returns ``{"schema", "run_id", "status", <metric>: value, ..., "not_applicable": {metric:
-reason}}``: every metric in ``METRICS`` is present, either computed or None with the reason it could not be.
+``summarize(run)`` returns ``{"schema", "run_id", "status", <metric>: value, ..., "samples": {metric: n},
+"not_applicable": {metric: reason}}``: every metric in ``METRICS`` is present, either computed or None with the
+reason it could not be; a statistic of samples names how many it rests on in ``samples``, and a percentile the
+sample cannot support is None (``results.summary``).
 Application-level metrics (goodput, collectives, FCT, RTT, fairness, traffic matrix) are here; queue, link
 and pause metrics are in ``results.metrics_fabric``, ECMP balance in ``results.metrics_ecmp``, TCP counters in
 ``results.metrics_tcp``. Definitions: docs/record-format.md.
@@ -19,11 +21,11 @@ import pandas as pd
 from results import metrics_ecmp, metrics_fabric, metrics_tcp, metrics_trace, nccl_tests
 from results.metrics_classes import class_of_jobs
 from results.record import NCCL_TESTS, SUMMARY, Run, RunRecord, load_run, write_json_atomic
-from results.stats import jain_index, percentiles
-from results.summary import Summary
+from results.stats import jain_index, supported_percentiles
+from results.summary import Summary, percentile_fields
 from results.tables import numbers, reason, records
 
-SUMMARY_SCHEMA = "testbed-summary/3"
+SUMMARY_SCHEMA = "testbed-summary/4"
 
 
 def _timed(df: pd.DataFrame, start: str = "t_start", end: str = "t_end") -> pd.Series:
@@ -67,28 +69,65 @@ def goodput(run: Run, s: Summary) -> None:
     try:
         if len(rates) < 2:
             raise ValueError(f"needs at least 2 flows with a rate, has {len(rates)}")
-        s.put("jain_fairness", jain_index(rates.to_numpy()))
+        s.put("jain_fairness", jain_index(rates.to_numpy()), n=len(rates))
     except ValueError as exc:
         s.na("jain_fairness", str(exc))
     s.put("flows_n", len(done))
 
 
-def _collective_stats(rows: pd.DataFrame) -> dict[str, float | None]:
+P50_P99 = {"p50_s": 50, "p99_s": 99}
+
+
+def _nccl_bandwidth(rows: pd.DataFrame) -> tuple[float | None, float | None]:
+    """nccl-tests' algbw and busbw (bit/s) of the rows' iterations: per job and size, its size over its mean
+    iteration time, the busbw with the job's factor (``nccl_tests.bandwidth``); the mean over those when the rows
+    hold several (None where no row has a size, or for busbw a factor)."""
+    secs = numbers(rows, "t_end") - numbers(rows, "t_start")
+    size = numbers(rows, "size_bytes").replace(0, np.nan)  # a size of 0 is unknown
+    timed = rows.assign(secs=secs, size=size)[(secs > 0) & size.notna()]
+    alg, bus = [], []
+    for (_, nbytes), per in timed.groupby([timed["job"].astype(str), "size"], sort=True):
+        _, algbw, busbw = nccl_tests.bandwidth(float(nbytes), per["secs"].to_numpy(), nccl_tests.factor_of(per))
+        alg.append(algbw * 8)
+        if np.isfinite(busbw):
+            bus.append(busbw * 8)
+    return (float(np.mean(alg)) if alg else None), (float(np.mean(bus)) if bus else None)
+
+
+def _collective_stats(rows: pd.DataFrame) -> dict[str, Any]:
+    """The iteration figures of ``rows`` (one job, or every job's at the run level): ``n``; the time's p50 and p99
+    (None where ``n`` cannot support them), mean and max; nccl-tests' algbw and busbw (from the mean time) and the
+    median iteration's; the median of time / ideal. None where a figure cannot be computed, with its reason under
+    ``not_applicable``."""
     t = (numbers(rows, "t_end") - numbers(rows, "t_start")).to_numpy()
-    p50, p99 = percentiles(t, [50, 99])
+    out = percentile_fields(t, P50_P99)
+    why: dict[str, str] = out.pop("not_applicable", {})
+    out["mean_s"], out["max_s"] = float(t.mean()), float(t.max())
+    # what stalls cost: the time every iteration took beyond the median one, summed (a link failure's, a flap's)
+    out["excess_s"] = float(np.clip(t - np.median(t), 0, None).sum())
+    out["algbw_bps"], out["busbw_bps"] = _nccl_bandwidth(rows)
+    if out["algbw_bps"] is None:
+        why["algbw_bps"] = "iterations.csv has no size_bytes"
+    if out["busbw_bps"] is None:
+        why["busbw_bps"] = "no size_bytes/busbw_factor"
     algbw = numbers(rows, "size_bytes").replace(0, np.nan).to_numpy() * 8 / t  # a size of 0 is unknown
     factor = numbers(rows, "busbw_factor").to_numpy()
     ideal = numbers(rows, "ideal_s").to_numpy()
-    out: dict[str, float | None] = {"n": float(t.size), "p50_s": p50, "p99_s": p99, "max_s": float(t.max())}
-    # what stalls cost: the time every iteration took beyond the median one, summed (a link failure's, a flap's)
-    out["excess_s"] = float(np.clip(t - np.median(t), 0, None).sum())
-    out["algbw_bps"] = _median(algbw)
-    out["busbw_bps"] = _median(algbw * factor)
-    out["measured_over_ideal"] = _median(t / ideal)
+    medians = {
+        "algbw_median_iter_bps": (algbw, "iterations.csv has no size_bytes"),
+        "busbw_median_iter_bps": (algbw * factor, "no size_bytes/busbw_factor"),
+        "measured_over_ideal": (t / ideal, "iterations.csv has no ideal_s"),
+    }
     compute = numbers(rows, "compute_s").to_numpy()
     if np.isfinite(compute).any():  # a trace or DDP step: what it took beyond its compute alone
-        out["exposed_comm_s"] = _median(t - compute)
-        out["exposed_comm_share"] = _median((t - compute) / t)
+        medians["exposed_comm_s"] = (t - compute, "")
+        medians["exposed_comm_share"] = ((t - compute) / t, "")
+    for key, (values, none) in medians.items():
+        out[key], reason_ = _median(values, none)
+        if reason_:
+            why[key] = reason_
+    if why:
+        out["not_applicable"] = why
     return out
 
 
@@ -98,17 +137,25 @@ def _largest_size(rows: pd.DataFrame) -> pd.Series:
     return size == size.groupby(rows["job"].astype(str)).transform("max")
 
 
-def _median(a: np.ndarray) -> float | None:
-    return float(np.nanmedian(a)) if np.isfinite(a).any() else None
+def _median(a: np.ndarray, none: str) -> tuple[float | None, str | None]:
+    """The median of the finite values (NaN ignored) and None, or None and why: ``none`` when no value is finite,
+    the sample-size rule's reason (``results.stats.supported_quantile``) when there is one value."""
+    (value,), (why,), n = supported_percentiles(a[np.isfinite(a)], [50])
+    if n == 0:
+        return None, none
+    return value, why
 
 
 def collectives(run: Run, s: Summary) -> None:
     names = (
         "coll_iter_p50_s",
         "coll_iter_p99_s",
+        "coll_iter_mean_s",
         "coll_iter_max_s",
         "algbw_bps",
         "busbw_bps",
+        "algbw_median_iter_bps",
+        "busbw_median_iter_bps",
         "measured_over_ideal",
         "collective_per_job",
     )
@@ -127,25 +174,35 @@ def collectives(run: Run, s: Summary) -> None:
         s.na("nccl_tests", "no collective job (no busbw factor)")
     rows = rows[_largest_size(rows)]
     st = _collective_stats(rows)
-    s.put("coll_iters_n", int(st["n"] or 0))
-    s.put("coll_iter_p50_s", st["p50_s"])
-    s.put("coll_iter_p99_s", st["p99_s"])
-    s.put("coll_iter_max_s", st["max_s"])
-    s.put("coll_excess_s", st["excess_s"])
-    for key, why in (
-        ("algbw_bps", "iterations.csv has no size_bytes"),
-        ("busbw_bps", "no size_bytes/busbw_factor"),
-        ("measured_over_ideal", "iterations.csv has no ideal_s"),
+    n = int(st["n"])
+    why = st.get("not_applicable", {})
+    s.put("coll_iters_n", n)
+    for key, stat in (
+        ("coll_iter_p50_s", "p50_s"),
+        ("coll_iter_p99_s", "p99_s"),
+        ("coll_iter_mean_s", "mean_s"),
+        ("coll_iter_max_s", "max_s"),
+        ("coll_excess_s", "excess_s"),
+        ("algbw_bps", "algbw_bps"),
+        ("busbw_bps", "busbw_bps"),
+        ("algbw_median_iter_bps", "algbw_median_iter_bps"),
+        ("busbw_median_iter_bps", "busbw_median_iter_bps"),
+        ("measured_over_ideal", "measured_over_ideal"),
+        ("exposed_comm_s", "exposed_comm_s"),
+        ("exposed_comm_share", "exposed_comm_share"),
     ):
-        if st[key] is None:
-            s.na(key, why)
+        if stat not in st:  # exposed_comm_*: only where a job replayed a step with compute
+            continue
+        if st[stat] is None:
+            s.na(key, why[stat], n=n)
         else:
-            s.put(key, st[key])
-    for key in ("exposed_comm_s", "exposed_comm_share"):  # only where a job replayed a step with compute
-        if st.get(key) is not None:
-            s.put(key, st[key])
+            s.put(key, st[stat], n=n)
     by_job = rows.groupby(rows["job"].astype(str), sort=True)
     s.put("collective_per_job", {str(job): _collective_stats(rs) for job, rs in by_job})
+
+
+FCT_PERCENTILES = {"fct_p50_s": 50, "fct_p99_s": 99, "fct_p999_s": 99.9}
+CLASS_PERCENTILES = {"p50_s": 50, "p99_s": 99, "p999_s": 99.9}
 
 
 def fct(run: Run, s: Summary) -> None:
@@ -157,25 +214,19 @@ def fct(run: Run, s: Summary) -> None:
             s.na(m, f"no completed flows: {reason(table) or 'fct.csv has no finished flow'}")
         return
     t = numbers(done, "t_end") - numbers(done, "t_start")
-    p50, p99, p999 = percentiles(t.to_numpy(), [50, 99, 99.9])
-    s.put("fct_p50_s", p50)
-    s.put("fct_p99_s", p99)
-    s.put("fct_p999_s", p999)
+    s.percentiles(t.to_numpy(), FCT_PERCENTILES)
     s.put("fct_n", len(done))
     s.put("fct_unfinished", len(table) - len(done))
     size_class = done["size_class"] if "size_class" in done.columns else pd.Series(np.nan, index=done.index)
     classes = size_class.where(size_class.notna() & (size_class.astype(str) != ""), "all").astype(str)
-    by_class = {}
-    for cls, vals in t.groupby(classes, sort=True):
-        c50, c99, c999 = percentiles(vals.to_numpy(), [50, 99, 99.9])
-        by_class[str(cls)] = {"n": len(vals), "p50_s": c50, "p99_s": c99, "p999_s": c999}
-    s.put("fct_by_class", by_class)
+    by_class = {str(cls): percentile_fields(vals.to_numpy(), CLASS_PERCENTILES) for cls, vals in t.groupby(classes)}
+    s.put("fct_by_class", dict(sorted(by_class.items())))
     traffic = class_of_jobs(run.manifest)
     if traffic:  # a fabric with traffic classes: each class's flows, by their job's DSCP
-        per = {}
-        for c, vals in t.groupby(done["job"].astype(str).map(traffic).fillna("?"), sort=True):
-            c50, c99 = percentiles(vals.to_numpy(), [50, 99])
-            per[str(c)] = {"n": len(vals), "p50_s": c50, "p99_s": c99}
+        per = {
+            str(c): percentile_fields(vals.to_numpy(), P50_P99)
+            for c, vals in t.groupby(done["job"].astype(str).map(traffic).fillna("?"), sort=True)
+        }
         s.put("fct_by_traffic_class", per)
 
 
@@ -203,9 +254,7 @@ def rtt(run: Run, s: Summary) -> None:
         s.na("rtt_p50_s", f"no RTT samples under load: {why}")
         s.na("rtt_p99_s", f"no RTT samples under load: {why}")
         return
-    p50, p99 = percentiles(vals.to_numpy(), [50, 99])
-    s.put("rtt_p50_s", p50)
-    s.put("rtt_p99_s", p99)
+    s.percentiles(vals.to_numpy(), {"rtt_p50_s": 50, "rtt_p99_s": 99})
     s.put("rtt_n", len(vals))
     s.put("rtt_lost", len(rows) - len(vals))
 
@@ -262,16 +311,23 @@ def cpu(run: Run, s: Summary) -> None:
     checks = {c.get("name"): c for c in (run.manifest.get("fidelity") or {}).get("checks") or []}
     sat = checks.get("cpu_saturation") or {}
     budget = run.manifest.get("cpu_budget") or {}
-    mean = (sat.get("details") or {}).get("mean_busy", budget.get("busy_share"))
-    for name, value, why in (
-        ("cpu_mean", mean, "no cpu.csv samples in the traffic window and no cpu_budget"),
-        ("cpu_saturated_share", sat.get("value"), "no cpu_saturation check in the manifest's fidelity"),
-        ("harness_cpu_share", budget.get("harness_share"), "no cpu_budget in the manifest (recorded since 6777468)"),
+    details = sat.get("details") or {}
+    mean = details.get("mean_busy", budget.get("busy_share"))
+    n = details.get("samples") if "mean_busy" in details else None  # cpu.csv's samples the check averaged
+    for name, value, why, count in (
+        ("cpu_mean", mean, "no cpu.csv samples in the traffic window and no cpu_budget", n),
+        ("cpu_saturated_share", sat.get("value"), "no cpu_saturation check in the manifest's fidelity", n),
+        (
+            "harness_cpu_share",
+            budget.get("harness_share"),
+            "no cpu_budget in the manifest (recorded since 6777468)",
+            None,
+        ),
     ):
         if value is None:
             s.na(name, why)
         else:
-            s.put(name, float(value))
+            s.put(name, float(value), n=count)
 
 
 def _fabric_metrics() -> list[Callable[[Run, Summary], None]]:
@@ -290,9 +346,7 @@ def summarize(run: Run) -> dict[str, Any]:
     for fn in [goodput, collectives, metrics_trace.slowest_collective, fct, rtt, traffic_matrix, duration, cpu,
                *_fabric_metrics()]:  # fmt: skip
         fn(run, s)
-    na = s.pop("not_applicable")
-    s["not_applicable"] = na  # keep it last in the JSON for readability
-    return dict(s)
+    return s.finished()
 
 
 def write_summary(run: Run) -> dict[str, Any]:
@@ -327,9 +381,12 @@ METRICS = (
     "goodput_per_job_bps",
     "coll_iter_p50_s",
     "coll_iter_p99_s",
+    "coll_iter_mean_s",
     "coll_iter_max_s",
     "algbw_bps",
     "busbw_bps",
+    "algbw_median_iter_bps",
+    "busbw_median_iter_bps",
     "measured_over_ideal",
     "fct_p50_s",
     "fct_p99_s",
@@ -347,8 +404,15 @@ METRICS = (
     "link_util_mean",
     "link_util_max",
     "ecmp_imbalance",
+    "ecmp_imbalance_worst_group",
+    "ecmp_worst_group",
     "bytes_per_spine",
     "retrans_total",
+    "retrans_fast_total",
+    "retrans_rto_total",
+    "retrans_tlp_total",
+    "retrans_spurious_total",
+    "retrans_failed_total",
     "timeouts_total",
     "reorder_total",
     "dsack_total",

@@ -19,7 +19,7 @@ many bytes at line rate per iteration. Such rows keep their numbers and say so (
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,22 @@ HEADER = (
     "#       size         count      type   redop    root     time   algbw   busbw #wrong",
     "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       ",
 )
+
+
+def bandwidth(size_bytes: float, times_s: Sequence[float] | np.ndarray, factor: float) -> tuple[float, float, float]:
+    """nccl-tests' figures of one message size from its iterations' times (s): the mean time, algbw = size / that
+    mean time (bytes/s) and busbw = algbw x the collective's ``factor`` (NaN when the factor is unknown). The one
+    definition behind these tables and the summary's ``algbw_bps``/``busbw_bps``. The median or mean of the
+    iterations' own rates is another figure: a slow iteration (a stall) moves it less than it moves the time."""
+    mean_s = float(np.mean(times_s))
+    algbw = size_bytes / mean_s
+    return mean_s, algbw, algbw * factor
+
+
+def factor_of(rows: pd.DataFrame) -> float:
+    """The busbw factor of one job's rows (NaN when they carry none)."""
+    factor = numbers(rows, "busbw_factor").dropna()
+    return float(factor.iloc[0]) if not factor.empty else float("nan")
 
 
 def size_tables(iterations: pd.DataFrame, scale: float | None = None) -> dict[str, dict[str, Any]]:
@@ -53,10 +69,9 @@ def size_tables(iterations: pd.DataFrame, scale: float | None = None) -> dict[st
         kind = str(rows["kind"].iloc[0])
         lines = []
         for size, per in rows.groupby(numbers(rows, "size_bytes"), sort=True):
-            time_s = float(per["secs"].mean()) / f
+            mean_s, algbw_Bps, busbw_Bps = bandwidth(float(size), per["secs"].to_numpy(), factor_of(per))
+            time_s = mean_s / f
             ideal_s = float(numbers(per, "ideal_s").mean()) / f if "ideal_s" in per else float("nan")
-            algbw = float(size) / time_s / 1e9
-            factor = float(numbers(per, "busbw_factor").iloc[0])
             lines.append(
                 {
                     "size": int(size),
@@ -65,8 +80,8 @@ def size_tables(iterations: pd.DataFrame, scale: float | None = None) -> dict[st
                     "redop": REDOP.get(kind, "none"),
                     "root": ROOT.get(kind, -1),
                     "time_us": time_s * 1e6,
-                    "algbw_GBps": algbw,
-                    "busbw_GBps": algbw * factor,
+                    "algbw_GBps": algbw_Bps * f / 1e9,
+                    "busbw_GBps": busbw_Bps * f / 1e9,
                     "wrong": "N/A",
                     "iterations": len(per),
                     "ideal_us": ideal_s * 1e6 if np.isfinite(ideal_s) else None,

@@ -1,4 +1,5 @@
-"""Small statistics on numpy arrays: percentiles, mean with a t-distribution confidence interval, Jain's index.
+"""Small statistics on numpy arrays: percentiles, mean with a t-distribution confidence interval, Jain's index, and
+the rule for which percentiles a sample of n values supports (``supported_quantile``).
 
 scipy is not installed here, so the two-sided 95% Student t quantiles come from a table (values from any
 statistics textbook, to 3 decimals); between tabulated degrees of freedom the next smaller one is used, which
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 
 import numpy as np
 
@@ -84,6 +86,44 @@ def percentiles(values: Sequence[float] | np.ndarray, qs: Sequence[float]) -> li
     if a.size == 0:
         raise ValueError("no values")
     return [float(x) for x in np.percentile(a, qs)]
+
+
+def quantile_label(q: float) -> str:
+    """A percentile's name: 99.9 -> "p99.9", 50 -> "p50"."""
+    return f"p{q:g}"
+
+
+def min_samples(q: float) -> int:
+    """The fewest values that support the ``q``th percentile (0..100): enough that at least one value is expected
+    beyond it, n x (1 - q/100) >= 1 above the median and n x q/100 >= 1 below it. So p99 needs 100, p99.9 1000,
+    p95 20 and p50 2 (one value is a value, not a median); the min and max (0, 100) need 1. Computed on the decimal
+    value of ``q`` (99.9 is 999/1000, not the float just under it)."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"a percentile is 0..100, got {q}")
+    p = Fraction(str(q)) / 100
+    tail = min(p, 1 - p)
+    return 1 if tail == 0 else math.ceil(1 / tail)
+
+
+def supported_quantile(q: float, n: int) -> str | None:
+    """None when ``n`` values support the ``q``th percentile (0..100; ``min_samples``), else why not, as a
+    not-applicable reason: "p99.9 needs >= 1000 samples, have 120". A caller whose values are not independent
+    samples (a series held over time) passes the count it can stand behind."""
+    need = min_samples(q)
+    return None if n >= need else f"{quantile_label(q)} needs >= {need} samples, have {n}"
+
+
+def supported_percentiles(
+    values: Sequence[float] | np.ndarray, qs: Sequence[float]
+) -> tuple[list[float | None], list[str | None], int]:
+    """Each percentile of ``values`` (NaN ignored) that the sample supports, None where it does not; the reasons
+    (``supported_quantile``, None where computed); and n, the values counted."""
+    a = np.asarray(values, dtype=float)
+    a = a[~np.isnan(a)]
+    reasons = [supported_quantile(q, int(a.size)) for q in qs]
+    fine = [q for q, why in zip(qs, reasons, strict=True) if why is None]
+    got = dict(zip(fine, percentiles(a, fine), strict=True)) if fine else {}
+    return [got.get(q) for q in qs], reasons, int(a.size)
 
 
 def jain_index(values: Sequence[float] | np.ndarray) -> float:

@@ -62,6 +62,13 @@ def incast_overlap(p) -> tuple[float, list[float], list[float], float]:
     return b - a, contended, clean, float(p.table("iterations")[0]["ideal_s"])
 
 
+def slowest_short_message(p) -> float:
+    """The longest completion time of the incast's short messages. Their 80 cannot support a p99 (it needs 100, so
+    the summary has none); over 80 values a p99 would be interpolated between the two slowest anyway."""
+    done = [r for r in p.table("fct") if r["job"] == "incast" and r["t_end"] not in (None, "")]
+    return max(float(r["t_end"]) - float(r["t_start"]) for r in done)
+
+
 def _drop_tail_and_ecn(exp):
     """(drop-tail, ECN). REVERSED runs drop-tail at both: the second in sweep order stands in for ECN."""
     if REVERSED:
@@ -82,8 +89,8 @@ def judge_ecn(exp):
     for label, p, q in (("drop-tail", off, q_off), (f"ECN K={k}", on, q_on)):
         print(
             f"{label}: drops {p['drops_total']:.0f} marks {p['marks_total']:.0f} timeouts {p['timeouts_total']:.0f} "
-            f"retrans {p['retrans_total']:.0f} fct_p99 {p['fct_p99_s'] * 1e3:.0f} ms coll_p99 "
-            f"{p['coll_iter_p99_s'] * 1e3:.0f} ms busbw {p['busbw_bps'] / 1e6:.1f} Mbit/s "
+            f"retrans {p['retrans_total']:.0f} slowest short message {slowest_short_message(p) * 1e3:.0f} ms "
+            f"slowest iteration {p['coll_iter_max_s'] * 1e3:.0f} ms busbw {p['busbw_bps'] / 1e6:.1f} Mbit/s "
             f"queue {PORT} p50 {q[0] / 1e3:.0f} KB p99 {q[1] / 1e3:.0f} KB"
         )
     exp.expect(on["marks_total"] > 0, f"no CE marks with K={k} (marks {on['marks_total']})")
@@ -106,10 +113,10 @@ def judge_ecn(exp):
         f"timeouts with ECN {on['timeouts_total']:.0f} not at most max(1, half of drop-tail's "
         f"{off['timeouts_total']:.0f})",
     )
+    slow_on, slow_off = slowest_short_message(on), slowest_short_message(off)
     exp.expect(
-        on["fct_p99_s"] < 0.7 * off["fct_p99_s"],
-        f"short-message FCT p99 with ECN {on['fct_p99_s'] * 1e3:.0f} ms not below 0.7 x drop-tail's "
-        f"{off['fct_p99_s'] * 1e3:.0f} ms",
+        slow_on < 0.7 * slow_off,
+        f"slowest short message with ECN {slow_on * 1e3:.0f} ms not below 0.7 x drop-tail's {slow_off * 1e3:.0f} ms",
     )
     span = {}
     for label, p in (("drop-tail", off), ("ECN", on)):

@@ -135,7 +135,11 @@ def test_table_lines_and_footer(tmp_path: Path) -> None:
     assert table["avg_busbw_GBps"] == pytest.approx(sum(r["busbw_GBps"] for r in table["rows"]) / 3)
     assert table["units"] == "emulated"
     assert s["coll_excess_s"] == pytest.approx(0.1)  # 2.2 s against the median 2.1 s
-    assert s["coll_iters_n"] == 2 and s["algbw_bps"] == pytest.approx((16 << 20) * 8 * (1 / 2.0 + 1 / 2.2) / 2)
+    # nccl-tests' algbw and busbw, the same in the summary as on the table's line: the size over the mean time
+    assert s["coll_iters_n"] == 2 and s["algbw_bps"] == pytest.approx((16 << 20) * 8 / 2.1)
+    assert s["algbw_bps"] == pytest.approx(table["rows"][-1]["algbw_GBps"] * 8e9)
+    assert s["busbw_bps"] == pytest.approx(table["rows"][-1]["busbw_GBps"] * 8e9)
+    assert s["algbw_median_iter_bps"] == pytest.approx((16 << 20) * 8 * (1 / 2.0 + 1 / 2.2) / 2)
     text = format_table("sweep", table)
     lines = text.splitlines()
     assert lines[2].split() == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]

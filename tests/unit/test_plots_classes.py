@@ -69,4 +69,9 @@ def test_fct_is_summarised_per_traffic_class(tmp_path: Path) -> None:
     )
     rec.finish()
     got = summarize(load_run(rec.path))["fct_by_traffic_class"]
-    assert got["ctrl"]["n"] == 3 and abs(got["ctrl"]["p50_s"] - 0.002) < 1e-9 and got["be"]["p99_s"] == 0.5
+    assert got["ctrl"]["n"] == 3 and abs(got["ctrl"]["p50_s"] - 0.002) < 1e-9 and got["ctrl"]["p99_s"] is None
+    assert got["be"]["n"] == 1 and got["be"]["p50_s"] is None  # one flow is a value, not a median
+    assert got["be"]["not_applicable"] == {
+        "p50_s": "p50 needs >= 2 samples, have 1",
+        "p99_s": "p99 needs >= 100 samples, have 1",
+    }

@@ -255,8 +255,10 @@ def test_collectives_exclude_warmup(tmp_path: Path) -> None:
     assert s["coll_iters_n"] == 3
     assert s["coll_iter_max_s"] == 2.0
     assert s["coll_iter_p50_s"] == 1.0
-    assert s["algbw_bps"] == pytest.approx(8e6)  # median of 8e6, 8e6, 4e6
-    assert s["busbw_bps"] == pytest.approx(12e6)
+    assert s["algbw_bps"] == pytest.approx(6e6)  # nccl-tests': 8e6 bits over the mean time, 4/3 s
+    assert s["busbw_bps"] == pytest.approx(9e6)
+    assert s["algbw_median_iter_bps"] == pytest.approx(8e6)  # the median iteration's: of 8e6, 8e6, 4e6
+    assert s["busbw_median_iter_bps"] == pytest.approx(12e6)
     assert s["measured_over_ideal"] == pytest.approx(2.0)
 
 
@@ -328,10 +330,14 @@ def test_flows_goodput_fairness_matrix_fct_rtt_netstat(tmp_path: Path) -> None:
     assert s["traffic_matrix"] == {"h1": {"h2": 4_000_000}}  # IPs mapped to host names
     assert s["fct_n"] == 100 and s["fct_unfinished"] == 1
     assert s["fct_p50_s"] == pytest.approx(0.0505)
-    assert s["fct_by_class"]["small"]["p999_s"] == pytest.approx(
-        percentiles([0.001 * (i + 1) for i in range(100)], [99.9])[0]
-    )
-    assert s["rtt_p99_s"] == pytest.approx(0.001) and s["rtt_n"] == 21  # t_send 0.0 .. 2.0
+    assert s["fct_p99_s"] == pytest.approx(percentiles([0.001 * (i + 1) for i in range(100)], [99])[0])
+    assert s["samples"]["fct_p99_s"] == 100
+    assert s["fct_p999_s"] is None  # 100 flows cannot support a p99.9
+    assert s["not_applicable"]["fct_p999_s"] == "p99.9 needs >= 1000 samples, have 100"
+    small = s["fct_by_class"]["small"]
+    assert small["n"] == 100 and small["p999_s"] is None and "have 100" in small["not_applicable"]["p999_s"]
+    assert s["rtt_p50_s"] == pytest.approx(0.001) and s["rtt_n"] == 21  # t_send 0.0 .. 2.0
+    assert s["rtt_p99_s"] is None and s["not_applicable"]["rtt_p99_s"] == "p99 needs >= 100 samples, have 21"
     assert s["retrans_total"] == 15 and s["timeouts_total"] == 2
     assert s["ce_delivered_total"] is None and "TCPDeliveredCE" in s["not_applicable"]["ce_delivered_total"]
     assert s["reorder_total"] == 7  # SACK- and timestamp-detected reordering, added
