@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from results.compare import COLUMNS, compare, detect_variants, flatten, to_markdown, to_text, write_csv
+from results.compare import (
+    COLUMNS,
+    _cell,
+    compare,
+    detect_variants,
+    flatten,
+    table_cells,
+    to_markdown,
+    to_text,
+    write_csv,
+)
 from results.metrics import summarize
 from results.metrics_tcp import KINDS
 from results.record import find_runs
@@ -151,3 +161,22 @@ def test_a_faithful_run_with_a_warning_says_so(runs) -> None:  # type: ignore[no
     cmp = compare([*runs[:3], warned])
     row = next(r for r in cmp.rows if r.variant == "buffer=200KB")
     assert row.fidelity == "ok (1/1 with a warning)"
+
+
+def test_a_refused_quantile_is_na_with_its_reason(runs) -> None:  # type: ignore[no-untyped-def]
+    """The sample runs have 20 measured iterations each: the table's coll p99 is n/a, and its footnote says why."""
+    cmp = compare(runs)
+    row = cmp.rows[0]
+    assert row.cells["coll_iter_p99_s"].mean is None and row.cells["coll_iter_p50_s"].mean is not None
+    headers, body, notes = table_cells(cmp)
+    cell = body[0][headers.index("coll p99 (ms)")]
+    assert cell.startswith("n/a [")
+    assert notes[int(cell[5:-1]) - 1] == f"{row.label} / coll_iter_p99_s: p99 needs >= 100 samples, have 20"
+
+
+def test_a_cell_some_runs_could_not_compute_names_why() -> None:
+    ok = {"x": 1.0, "not_applicable": {}}
+    refused = {"x": None, "not_applicable": {"x": "p99 needs >= 100 samples, have 80"}}
+    cell = _cell("x", [ok, dict(ok), refused])
+    assert cell.mean == 1.0 and cell.n == 2
+    assert cell.reason == "1 of 3 runs could not compute it: p99 needs >= 100 samples, have 80"
