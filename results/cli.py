@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from results import nccl_tests, versus
+from results import nccl_tests, placement, versus
 from results.compare import Comparison, compare, to_markdown, to_text, write_csv
 from results.html import reading, render
 from results.metrics import SUMMARY_SCHEMA
@@ -72,9 +72,10 @@ def recorded_summaries(runs: list[Run]) -> dict[str, dict[str, Any]]:
 
 
 def reading_notes(cmp: Comparison) -> list[str]:
-    """Sentences that qualify the reading's claims, for ``reading`` and ``render``: the place for a note on whether
-    the compared variants shared their flow placement in each repeat (none yet)."""
-    return []
+    """Sentences that qualify the reading's claims, for ``reading`` and ``render``: whether the compared variants
+    shared their flow placement in each repeat (results.placement)."""
+    text = placement.note(cmp.rows)
+    return [text] if text else []
 
 
 def report_main(argv: list[str]) -> int:

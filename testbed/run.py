@@ -54,7 +54,8 @@ from testbed.telemetry.qtelem import DRAIN_S, QtPort
 from testbed.telemetry.qtelem import check_config as check_qtelem
 from testbed.vm import guestfit, run_in_guest
 from traffic.base import RunContext
-from traffic.iperf import bulk_senders
+from traffic.iperf import bulk_senders, fixed_client_ports
+from traffic.placement import SourcePorts
 from traffic.workload import make_generator, run_workload
 
 SYSCTLS = [
@@ -63,6 +64,7 @@ SYSCTLS = [
     "net.ipv4.fib_multipath_hash_policy",
     "net.ipv4.fib_multipath_hash_fields",
     "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.ip_local_port_range",
 ]
 
 
@@ -213,7 +215,13 @@ def point_record(scenario: Scenario, out: Path, **extra: Any) -> RunRecord:
         scenario=resolved(scenario),
         repeat_index=scenario.repeat_index,
         seed=scenario.seed,
-        extra={"description": scenario.description, "scale": scenario.scale, "scenario_file": scenario.raw, **extra},
+        extra={
+            "description": scenario.description,
+            "scale": scenario.scale,
+            "scenario_file": scenario.raw,
+            "placement": scenario.placement.manifest(scenario.seed, scenario.repeat_index),
+            **extra,
+        },
     )
 
 
@@ -288,7 +296,12 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
     record.set("queue_telemetry", ["poller", "bpf"] if qslots is not None else ["poller"])
     if qslots is not None:
         record.event("qslots", "started")
-    ctx = RunContext(fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file)
+    ports = SourcePorts(
+        scenario.placement.seed(scenario.seed, scenario.repeat_index), reserved=fixed_client_ports(scenario.workload)
+    )
+    ctx = RunContext(
+        fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file, ports=ports
+    )
     budget = CpuBudget()
     window: list[float] = []
     runner: list[EventRunner] = []
@@ -325,6 +338,7 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             record.set("tables", {**record.manifest["tables"], "pauses": SCHEMAS["pauses"][1]})
         record.set("sampler_health", sampler.stop())
         record.set("tc_after", tc_text(fab))
+        record.table("placement").write_many(ports.rows())  # every flow's source port, even when a job failed
         path_counts = record_counters(record, fab)
     for table, rows in tables.items():
         w = record.table(table)

@@ -9,21 +9,25 @@ so ``parse`` turns iperf3's relative times into epoch seconds.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from testbed.spec.placement import iperf_cycles
 from testbed.spec.workload import IperfJob
 from traffic.base import GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, tos_of
+from traffic.placement import PlacementError
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
 
 IPERF = "iperf3"
+# $5: each cycle's first client port (--cport), space-separated, or empty: the kernel picks
 LOOP = (
-    'n=$1; on=$2; off=$3; pre=$4; shift 4; i=0; while [ "$i" -lt "$n" ]; do '
-    'date +%s.%N > "$pre.c$i.t0"; iperf3 "$@" -t "$on" --logfile "$pre.c$i.json" || exit $?; '
+    'n=$1; on=$2; off=$3; pre=$4; ports=$5; shift 5; i=0; while [ "$i" -lt "$n" ]; do '
+    "cport=${ports%% *}; ports=${ports#* }; "
+    'date +%s.%N > "$pre.c$i.t0"; iperf3 "$@" ${cport:+--cport $cport} -t "$on" --logfile "$pre.c$i.json" '
+    "|| exit $?; "
     'i=$((i+1)); if [ "$i" -lt "$n" ]; then sleep "$off"; fi; done'
 )
 
@@ -56,30 +60,60 @@ def bulk_senders(jobs: Sequence[Any]) -> list[tuple[str, int]]:
     ]
 
 
+def fixed_client_ports(jobs: Sequence[Any]) -> dict[str, frozenset[int]]:
+    """Host -> the client ports the workload's iperf3 jobs fix (``cport``): kept out of the placed ones."""
+    out: dict[str, set[int]] = {}
+    for j in jobs:
+        if isinstance(j, IperfJob):
+            out.setdefault(j.src, set()).update(j.cports())
+    return {h: frozenset(p) for h, p in out.items() if p}
+
+
 class IperfGenerator(ProcGenerator):
     def __init__(self, spec: IperfJob, index: int):
         super().__init__(spec.name, spec.start_after)
         self.spec = spec
         self.port = server_port(index)
         self.timeout = spec.duration + 30
+        self.cports: list[int] = []  # each cycle's client port (client_ports), set by start
 
     def cycles(self) -> tuple[int, float, float]:
         s = self.spec
         if s.on is None or s.off is None:
             return 1, s.duration, 0.0
-        return max(1, math.floor((s.duration + s.off) / (s.on + s.off))), s.on, s.off
+        return iperf_cycles(s), s.on, s.off
+
+    def client_ports(self, ctx: RunContext, src: str) -> list[int]:
+        """Each cycle's client port (``--cport``; stream i of ``parallel`` binds it + i): the job's fixed ``cport``,
+        or a block of placed ports per cycle (flow keys ``c<cycle>.s<stream>``), new for every cycle so that no
+        client binds a port the last one may still hold; empty when the kernel picks."""
+        s = self.spec
+        n = self.cycles()[0]
+        keys = [[f"c{c}.s{i}" for i in range(s.parallel)] for c in range(n)]
+        try:
+            if s.cport is not None:  # the scenario's own port (no on/off cycling: one cycle)
+                for i, key in enumerate(keys[0]):
+                    ctx.ports.claim(src, self.name, key, s.cport + i)
+                return [s.cport]
+            if not ctx.ports.placed:
+                return []
+            return [ctx.ports.block(src, self.name, cycle)[0] for cycle in keys]
+        except PlacementError as exc:
+            raise GeneratorError(str(exc)) from None
 
     def check(self, caps: Capabilities) -> None:
         check_cc(caps, self.spec.cc, self.name)
         if caps.tools.get("iperf3") is False:
             raise GeneratorError(f"job {self.name}: iperf3 is not installed (apt install iperf3)")
 
-    def client_argv(self, dst_ip: str, cc: str | None = None) -> list[str]:
+    def client_argv(self, dst_ip: str, cc: str | None = None, src_ip: str | None = None) -> list[str]:
+        """iperf3's client options but ``-t`` and ``--cport`` (per cycle, LOOP); ``src_ip``: bind the client's
+        address (``-B``), as a placed port is bound with its host's address."""
         s = self.spec
         argv = [IPERF, "-c", dst_ip, "-p", str(self.port), "-J", "-i", f"{s.interval:g}", "-P", str(s.parallel)]
         argv += ["--connect-timeout", "3000"]
-        if s.cport is not None:
-            argv += ["--cport", str(s.cport)]
+        if src_ip:
+            argv += ["-B", src_ip]
         if s.proto == "udp":
             argv += ["-u", "-b", str(s.rate_bps)]
         elif s.rate_bps:
@@ -95,7 +129,9 @@ class IperfGenerator(ProcGenerator):
         src, dst = host(ctx, self.spec.src, self.name), host(ctx, self.spec.dst, self.name)
         self._spawn(ctx, "server", [IPERF, "-s", "-p", str(self.port)], dst.netns, server=True)
         n = self.cycles()[0]
+        self.cports = self.client_ports(ctx, src.name)
         meta = {"job": self.name, "src": src.name, "dst": dst.name, "proto": self.spec.proto, "cycles": n}
+        meta["cports"] = self.cports
         (ctx.raw_dir / f"{self.name}.iperf.json").write_text(json.dumps(meta))
         if ctx.go_file is None:
             self.go(ctx, listen_wait=0.2)
@@ -105,12 +141,11 @@ class IperfGenerator(ProcGenerator):
         """The server listens (its namespace's /proc/PID/net/tcp has the port in LISTEN)."""
         return super().ready() and all(listening(p.pid, self.port) for p in self.servers)
 
-    def go(self, ctx: RunContext, listen_wait: float = 0.0) -> None:
-        """Start the client (``listen_wait``: a head start for a server spawned just now)."""
+    def loop_argv(self, ctx: RunContext, listen_wait: float = 0.0) -> list[str]:
+        """The client loop's command line: LOOP over the cycles, each with its client port (``self.cports``)."""
         src, dst = host(ctx, self.spec.src, self.name), host(ctx, self.spec.dst, self.name)
         n, on, off = self.cycles()
-        pre = str(ctx.raw_dir / self.name)
-        argv = [
+        return [
             "sh",
             "-c",
             (f"sleep {listen_wait:g}; " if listen_wait else "") + LOOP,
@@ -118,10 +153,14 @@ class IperfGenerator(ProcGenerator):
             str(n),
             f"{on:g}",
             f"{off:g}",
-            pre,
-            *self.client_argv(dst.ip, ctx.kernel_cc(self.spec.cc)),
+            str(ctx.raw_dir / self.name),
+            " ".join(str(p) for p in self.cports),
+            *self.client_argv(dst.ip, ctx.kernel_cc(self.spec.cc), src.ip if self.cports else None),
         ]
-        self._spawn(ctx, "client", argv, src.netns)
+
+    def go(self, ctx: RunContext, listen_wait: float = 0.0) -> None:
+        """Start the client (``listen_wait``: a head start for a server spawned just now)."""
+        self._spawn(ctx, "client", self.loop_argv(ctx, listen_wait), host(ctx, self.spec.src, self.name).netns)
 
     def parse(self, raw_dir: Path) -> Rows:
         return parse_iperf(raw_dir, self.name)

@@ -1,7 +1,8 @@
 """Generators of the rank-based jobs (collectives, parameter server, pipeline): one traffic.worker per rank.
 
 ``start`` writes ``<job>.config.json`` into the raw directory (everything ``parse`` needs: ranks with their hosts,
-sizes, the link payload rate) and spawns one worker per rank in its host's namespace. ``parse`` reads the config
+sizes, the link payload rate; and every connection's placed source port, ``sports``) and spawns one worker per rank
+in its host's namespace. ``parse`` reads the config
 and the ``<job>.rank<r>.jsonl`` files and returns rows of iterations.csv, steps.csv (pipeline: pipeline.csv),
 worker_cpu.csv and flows.csv (one row per connection and direction: its ports, for ECMP path attribution; goodput
 over the first-to-last send span of the whole job).
@@ -18,8 +19,9 @@ from testbed.spec.topology import HostInfo
 from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, StepJob
 from traffic import formulas
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl, tos_of
-from traffic.stalls import stall_rows
+from traffic.placement import PlacementError
 from traffic.trace_job import trace_config, trace_ops
+from traffic.worker import build_schedule
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
@@ -113,6 +115,7 @@ class RankedGenerator(ProcGenerator):
                 "compute_bwd": s.compute_bwd,
                 "schedule": s.schedule,
             }
+        cfg["sports"] = placed_ports(ctx, cfg, self.name)
         return cfg
 
     def start(self, ctx: RunContext) -> None:
@@ -125,6 +128,35 @@ class RankedGenerator(ProcGenerator):
 
     def parse(self, raw_dir: Path) -> Rows:
         return parse_ranked(raw_dir, self.name)
+
+
+def connections(cfg: dict[str, Any]) -> list[tuple[int, int]]:
+    """(rank, peer id) of every connection the job's ranks open, in order: a rank connects to each higher rank it
+    exchanges with, once per channel (peer id ``rank + n x channel``, traffic.worker); every size of a sweep."""
+    n = len(cfg["hosts"])
+    pairs: set[tuple[int, int]] = set()
+    for size in cfg.get("sizes") or [None]:
+        for r, prog in enumerate(build_schedule(cfg, size).ranks):
+            pairs.update((r, v) for v in (*prog.sends, *prog.recvs) if v % n > r)
+    return sorted(pairs)
+
+
+def flow_key(rank: int, peer: int, n: int) -> str:
+    """A connection's placement key: the ranks it joins and its channel, e.g. ``0->3/ch0``."""
+    return f"{rank}->{peer % n}/ch{peer // n}"
+
+
+def placed_ports(ctx: RunContext, cfg: dict[str, Any], job: str) -> dict[str, dict[str, int]]:
+    """The config's ``sports``: rank -> peer id -> the placed source port that rank's connection binds (0: the
+    kernel picks). The barrier's connections carry no data and stay ephemeral."""
+    hosts, n = cfg["hosts"], len(cfg["hosts"])
+    out: dict[str, dict[str, int]] = {}
+    try:
+        for r, v in connections(cfg):
+            out.setdefault(str(r), {})[str(v)] = ctx.ports.sport(hosts[r]["name"], job, flow_key(r, v, n))
+    except PlacementError as exc:
+        raise GeneratorError(str(exc)) from None
+    return out
 
 
 def _ideal(cfg: dict[str, Any], size: int) -> tuple[float, float | None]:
@@ -152,7 +184,6 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
     cpu: list[dict[str, Any]] = []
     flows: list[dict[str, Any]] = []
     raw: list[dict[str, Any]] = []  # the step records as the workers wrote them (trace_ops)
-    watch: dict[int, list[dict[str, Any]]] = {}  # the watchdog's records by rank (traffic.stalls)
     seen = Counter[int]()
     for r, name in enumerate(names):
         path = raw_dir / f"{job}.rank{r}.jsonl"
@@ -225,8 +256,6 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
                 )
             elif t == "cpu":
                 cpu.append({"job": job, "rank": r, "host": name, "cpu_s": rec["cpu_s"], "wall_s": rec["wall_s"]})
-            elif t in ("stall", "stall_end", "watch"):
-                watch.setdefault(r, []).append(rec)
     ideal = {sz: _ideal(cfg, sz) for sz in {v["size"] for v in iters.values()}}
     rows = [
         {
@@ -247,8 +276,6 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
         if seen[i] == len(names)  # an iteration some rank never finished is not one
     ]
     out: Rows = {"iterations": rows, "worker_cpu": cpu, "flows": flows}
-    if watch:  # workers with a watchdog: stalls.csv, empty when nothing stalled (older raw files: no table)
-        out["stalls"] = stall_rows(job, names, watch)
     if "trace" in cfg:  # trace and ddp: one row per node
         out["trace_ops"] = trace_ops(job, cfg, names, raw)
     out["pipeline" if cfg["kind"] == "pipeline" else "steps"] = pipe if cfg["kind"] == "pipeline" else steps

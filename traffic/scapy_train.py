@@ -4,7 +4,8 @@ Sender (``python3 -m traffic.scapy_train CONFIG send``, in src's namespace): bui
 (Ether/IP with the ECN codepoint/UDP[/BTH with PSN = sequence number]) and sends the prebuilt bytes through ONE
 reused L2 socket: ``burst`` frames back to back per train, ``gap`` seconds between trains (machine.md: per-call
 ``sendp`` opens a socket per packet, 41 packets/s; a reused socket ~75k packets/s). One UDP source port per job,
-as RoCE uses one per queue pair, so ECMP keeps a train on one path (per-packet ports reordered trains here).
+as RoCE uses one per queue pair, so ECMP keeps a train on one path (per-packet ports reordered trains here); the
+harness places it (traffic.placement) like a TCP flow's.
 Capture (``... capture``, in dst's namespace): an AF_PACKET socket records (time, sequence, ECN) of every matching
 packet until all are in or the sender is done and 1 s passed. The header fields are read with struct at fixed
 offsets (scapy's dissector is ~100x slower); ``decode_frame`` shows the same fields through scapy.contrib.roce.
@@ -35,6 +36,12 @@ UDP_PORT = 4792
 ETH_P_IP = 0x0800
 
 
+def train_sport(cfg: dict[str, Any]) -> int:
+    """The UDP source port of a train the harness did not place (``placement: {mode: kernel}``, older configs): one
+    per queue pair for RoCE, one for plain UDP."""
+    return 49152 + cfg["qpn"] % 16384 if cfg["payload"] == "roce" else 49152
+
+
 def build_frames(cfg: dict[str, Any], src_mac: str, dst_mac: str) -> list[bytes]:
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
@@ -44,13 +51,14 @@ def build_frames(cfg: dict[str, Any], src_mac: str, dst_mac: str) -> list[bytes]
     roce = cfg["payload"] == "roce"
     head = 20 + 8 + (12 + 4 if roce else 4)  # IP + UDP + BTH + ICRC, or a 4-byte sequence number
     pad = b"\x00" * max(0, cfg["size"] - head)
+    sport = cfg.get("sport") or train_sport(cfg)
     frames = []
     for seq in range(n):
         ip = IP(src=cfg["src_ip"], dst=cfg["dst_ip"], tos=cfg.get("dscp", 0) << 2 | ECN[cfg["ecn"]], ttl=64)
         if roce:
-            l4 = UDP(sport=49152 + cfg["qpn"] % 16384, dport=ROCE_PORT) / BTH(opcode=4, dqpn=cfg["qpn"], psn=seq) / pad
+            l4 = UDP(sport=sport, dport=ROCE_PORT) / BTH(opcode=4, dqpn=cfg["qpn"], psn=seq) / pad
         else:
-            l4 = UDP(sport=49152, dport=UDP_PORT) / struct.pack("!I", seq) / pad
+            l4 = UDP(sport=sport, dport=UDP_PORT) / struct.pack("!I", seq) / pad
         frames.append(bytes(Ether(src=src_mac, dst=dst_mac) / ip / l4))
     return frames
 
@@ -173,6 +181,7 @@ class ScapyTrainGenerator(ProcGenerator):
             "ecn": s.ecn,
             "dscp": s.dscp or 0,
             "qpn": 100 + self.index,
+            "sport": ctx.ports.sport(src.name, s.name, "train"),  # placed: the same path in every variant
             "capture": s.capture,
             "timeout": self.timeout,
             "ready": str(raw / f"{s.name}.ready"),

@@ -2,8 +2,9 @@
 
 Run as ``/usr/bin/python3 -m traffic.worker CONFIG.json RANK`` inside the host's namespace. It builds the job's
 whole schedule (``traffic.schedule``) from the config, keeps its own rank's part, connects one TCP socket per peer
-(the lower rank connects; ``TCP_CONGESTION`` set per socket when the job says ``cc``), and runs every iteration
-after a barrier held by rank 0 (all ranks start at the same instant of the shared clock). Per peer one sender
+(the lower rank connects, from the placed source port the config gives it; ``TCP_CONGESTION`` set per socket when
+the job says ``cc``), and runs every iteration after a barrier held by rank 0 (all ranks start at the same instant
+of the shared clock). Per peer one sender
 thread (``sendall`` from one preallocated buffer) and one receiver thread (``recv_into`` a preallocated buffer);
 a condition variable releases sends/computes whose dependencies are met. No per-byte Python work.
 
@@ -11,10 +12,8 @@ A size sweep (``sizes`` in the config) runs warmup + iterations of each size in 
 
 Output: JSON lines in ``<out>``: ``step`` records (one per iteration, step, op, peer), ``iter`` records (per rank,
 with the size it moved), one ``flow`` record per connection this rank sent on (ports, bytes, first/last send) and
-one final ``cpu`` record (user+system seconds of this process, wall seconds). A watchdog thread
-(``traffic.watchdog``) adds ``stall`` and ``stall_end`` records for a flow that made no progress for two RTOs, and
-one ``watch`` record. Any error, a dead peer or a timeout ends the process with a non-zero exit and a message on
-stderr.
+one final ``cpu`` record (user+system seconds of this process, wall seconds). Any error, a dead peer or a timeout
+ends the process with a non-zero exit and a message on stderr.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from traffic.schedule import (
     sent_key,
 )
 from traffic.trace_schedule import TraceBuilder
-from traffic.watchdog import FLOOR_S, Progress, Watchdog
 
 BARRIER_LEAD = 0.01  # rank 0 announces a start this far in the future (>> one RTT), then every rank sleeps to it
 
@@ -101,21 +99,37 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def bind_source(sock: socket.socket, ip: str, sport: int) -> None:
+    """Bind a connecting socket to its placed source port (SO_REUSEADDR: a TIME_WAIT an earlier run on the same
+    fabric left on that port does not stop it); a port in use is an error, not something to retry."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((ip, sport))
+    except OSError as exc:
+        sock.close()
+        raise RuntimeError(f"cannot bind source port {ip}:{sport}: {exc.strerror}") from None
+
+
 def connect_peers(cfg: dict[str, Any], rank: int, peers: set[int], deadline: float) -> dict[int, socket.socket]:
     """One TCP connection per peer id (``rank + n x channel``): connect to higher ranks' listeners, accept lower
-    ones (each says its rank and channel)."""
+    ones (each says its rank and channel). A connection this rank opens binds its placed source port first
+    (``sports``, traffic.placement; absent or 0: the kernel picks), so its 5-tuple is the same in every variant."""
     hosts, port, cc, lowat = cfg["hosts"], cfg["port"], cfg.get("cc"), cfg.get("notsent_lowat")
     tos = cfg.get("tos")
     n = len(hosts)
+    sports = cfg.get("sports", {}).get(str(rank), {})
     lst = socket.create_server((hosts[rank]["ip"], hosts[rank].get("port", port)), backlog=256)
     lst.settimeout(max(0.1, deadline - time.time()))
     socks: dict[int, socket.socket] = {}
     for v in sorted(x for x in peers if x % n > rank):
         p = v % n
+        sport = int(sports.get(str(v), 0))
         while True:
             try:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 _tune(s, cc, lowat, tos)
+                if sport:
+                    bind_source(s, hosts[rank]["ip"], sport)
                 s.settimeout(1.0)
                 s.connect((hosts[p]["ip"], hosts[p].get("port", port)))
                 break
@@ -197,11 +211,8 @@ class Iteration:
         socks: dict[int, socket.socket],
         sendbuf: memoryview,
         t0: float,
-        progress: Progress | None = None,
-        it: int = 0,
     ):
         self.prog, self.socks, self.sendbuf, self.t0 = prog, socks, sendbuf, t0
-        self.progress, self.it = progress or Progress(), it  # what the watchdog reads (traffic.watchdog)
         self.cond = threading.Condition()
         self.counts: dict[int, int] = {}
         self.error: BaseException | None = None
@@ -238,7 +249,6 @@ class Iteration:
                 if delay > 0:
                     time.sleep(delay)
             ts = time.time()
-            self.progress.sent[peer] = (self.it, msg.step)
             sock.sendall(self.sendbuf[: msg.nbytes])
             rec((msg.step, "send", peer, ts, time.time(), msg.nbytes))
             self._bump(sent_key(peer))
@@ -247,25 +257,17 @@ class Iteration:
         sock, rec = self.socks[peer], self.records.append
         queue = self.prog.recvs[peer]
         buf = memoryview(bytearray(max(n for n, _ in queue)))
-        state, gaps, it = self.progress.recv, self.progress.gap, self.it
         for nbytes, step in queue:
-            last = time.time()
-            got, ts = 0, (last if nbytes == 0 else 0.0)  # an empty message (a tiny size's chunk) is there
-            state[peer] = (it, step, 0, nbytes, last)
+            got, ts = 0, (time.time() if nbytes == 0 else 0.0)  # an empty message (a tiny size's chunk) is there
             while got < nbytes:
                 k = sock.recv_into(buf[got:nbytes])
                 if k == 0:
                     raise ConnectionError(f"peer rank {peer} closed the connection")
-                now = time.time()
                 if got == 0:
-                    ts = now
-                if now - last > FLOOR_S:  # a long wait: when it ended, to the clock reading (the watchdog's t_end)
-                    gaps[peer] = (last, now)
-                got, last = got + k, now
-                state[peer] = (it, step, got, nbytes, now)
+                    ts = time.time()
+                got += k
             rec((step, "recv", peer, ts, time.time(), nbytes))
             self._bump(peer)
-        state[peer] = (it, -1, 0, 0, time.time())
 
     def _computer(self) -> None:
         for item in self.prog.computes:
@@ -327,10 +329,7 @@ def main(argv: list[str]) -> int:
     sendbuf = memoryview(bytearray(os.urandom(min(biggest, 1 << 16)) * (-(-biggest // (1 << 16)))))
     gap = float(cfg.get("compute_gap", 0.0)) if cfg.get("bucket", 1) == 1 else 0.0
     out_path = cfg["out"].format(rank=rank)
-    progress = Progress()
-    sends = {p for prog in progs for p in prog.sends}
-    watchdog = Watchdog(rank, socks, sends, {p for prog in progs for p in prog.recvs}, progress)
-    with open(out_path, "w") as out, watchdog.writing_to(out):
+    with open(out_path, "w") as out:
         flows: dict[int, list[float]] = {}  # peer id -> [first send start, last send end, bytes] (this direction)
         per_size = cfg["warmup"] + cfg["iterations"]
         for it in range(per_size * len(progs)):
@@ -339,7 +338,7 @@ def main(argv: list[str]) -> int:
             if gap > 0:
                 time.sleep(gap)
             t_start = time.time() if gap > 0 else go
-            run = Iteration(prog, socks, sendbuf, go, progress, it)
+            run = Iteration(prog, socks, sendbuf, go)
             t_end = run.run(cfg["timeout"])
             warm = it % per_size < cfg["warmup"]
             for _step, op, vpeer, ts, te, n in run.records:
@@ -379,7 +378,6 @@ def main(argv: list[str]) -> int:
                 )
                 + "\n"
             )
-            watchdog.write(out)
         for vpeer, (fs, fe, nb) in sorted(flows.items()):
             sock = socks[vpeer]
             rec = {

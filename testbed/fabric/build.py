@@ -42,6 +42,7 @@ from testbed.host.sysctls import set_in_netns
 from testbed.spec.classes import htb_plan
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.link import ETH_HEADER
+from testbed.spec.placement import EPHEMERAL
 from testbed.spec.topology import HostInfo, Port
 
 if TYPE_CHECKING:  # testbed.ecn is imported where it is used: its import failing is reported as a CapabilityError
@@ -54,6 +55,8 @@ HOST_SYSCTLS = {
     "net.ipv4.tcp_reflect_tos": "1",  # a server answers with its client's DSCP: both directions in one class
     "net.ipv6.conf.all.disable_ipv6": "1",
     "net.ipv6.conf.default.disable_ipv6": "1",
+    # the kernel's own picks (control connections, placement: kernel) stay clear of the placed source ports
+    "net.ipv4.ip_local_port_range": f"{EPHEMERAL[0]} {EPHEMERAL[1]}",
 }
 
 

@@ -14,6 +14,8 @@
     seed: 1
     telemetry: {queue_hz: 1000, link_hz: 100}   # bpf_queues: true adds qslots.csv, counted in the kernel
                                    # in slot_us (100) slots (testbed/telemetry/qslots.py)
+    placement: {mode: per-repeat}  # who picks flows' source ports: per-repeat, fixed or kernel
+                                   # (testbed/spec/placement.py)
     kernel: native                 # or stock: run inside a pinned stock kernel (testbed vm)
 
 Loading validates everything (unknown keys, impossible values, every sweep point) and builds nothing.
@@ -35,6 +37,7 @@ import yaml
 from testbed.spec.events import LinkEvent, parse_events
 from testbed.spec.fabric import FabricSpec, Override
 from testbed.spec.fields import SpecError, boolean, check_keys, integer, number, sub
+from testbed.spec.placement import PlacementSpec, check_capacity
 from testbed.spec.scaling import apply_scale
 from testbed.spec.topology import Topology
 from testbed.spec.units import Size, UnitError, parse_duration
@@ -50,6 +53,7 @@ SCENARIO_KEYS = {
     "sweep",
     "repeat",
     "seed",
+    "placement",
     "telemetry",
     "kernel",
     "label",
@@ -105,6 +109,7 @@ class Scenario:
     variant: tuple[tuple[str, Any], ...] = ()  # this point's sweep values
     repeat_index: int = 0
     scale: dict[str, Any] | None = None  # rate scaling notes: both scales, and what does not scale
+    placement: PlacementSpec = field(default_factory=PlacementSpec)  # who picks flows' source ports
     events: tuple[LinkEvent, ...] = ()  # scheduled link events (testbed.spec.events)
     label: str | None = None  # a name for the setting that changes nothing in the run (A/A sweeps)
 
@@ -144,6 +149,7 @@ def resolved(scenario: Scenario) -> dict[str, Any]:
         "workload": [to_plain(job) for job in scenario.workload],
         "duration_s": scenario.duration_s,
         "seed": scenario.seed,
+        "placement": to_plain(scenario.placement),
         "telemetry": to_plain(scenario.telemetry),
         "kernel": scenario.kernel,
         **({"events": [to_plain(e) for e in scenario.events]} if scenario.events else {}),
@@ -213,6 +219,8 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
     kernel = data.get("kernel", "native")
     if kernel not in ("native", "stock"):
         raise SpecError("kernel", f"must be native or stock, got {kernel!r}")
+    placement = PlacementSpec.from_dict(data.get("placement", {}) or {}, "placement")
+    check_capacity(placement, workload)
     return Scenario(
         name=name,
         fabric=fabric,
@@ -227,6 +235,7 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         variant=variant,
         repeat_index=repeat_index,
         scale=scale_notes,
+        placement=placement,
         events=_events(data, topo, duration, scale_notes),
         label=_label(data.get("label")),
     )

@@ -78,9 +78,8 @@ def test_iperf_cport_binds_one_port_per_stream():
 
     job = parse_job(_iperf(cport=30000, parallel=3), "w")
     assert isinstance(job, IperfJob) and list(job.cports()) == [30000, 30001, 30002]
-    argv = IperfGenerator(job, 0).client_argv("10.0.0.2")
-    assert argv[argv.index("--cport") + 1] == "30000"
-    assert "--cport" not in IperfGenerator(parse_job(_iperf(), "w"), 0).client_argv("10.0.0.2")
+    argv = IperfGenerator(job, 0).client_argv("10.0.0.2", src_ip="10.0.0.1")
+    assert "--cport" not in argv and argv[argv.index("-B") + 1] == "10.0.0.1"  # each cycle's port: the loop's
     assert list(parse_job(_iperf(), "w").cports()) == []
 
 
