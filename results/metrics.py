@@ -21,7 +21,7 @@ import pandas as pd
 from results import metrics_ecmp, metrics_fabric, metrics_tcp, metrics_trace, nccl_tests
 from results.metrics_classes import class_of_jobs
 from results.record import NCCL_TESTS, SUMMARY, Run, RunRecord, load_run, write_json_atomic
-from results.stats import jain_index, supported_percentiles
+from results.stats import jain_index, percentiles, supported_percentiles, supported_quantile
 from results.summary import Summary, percentile_fields
 from results.tables import numbers, reason, records
 
@@ -242,6 +242,10 @@ def load_window(run: Run) -> tuple[float, float] | None:
 
 
 def rtt(run: Run, s: Summary) -> None:
+    """The probes sent inside the traffic window (all of them when no traffic table has times). A probe never
+    answered counts as an infinite round trip, so a percentile is over every probe sent: ``rtt_p99_s`` is the time
+    within which 99% of them were answered, null when more than 1% were lost (docs/statistics.md, "RTT under
+    load"); ``rtt_n`` answered, ``rtt_lost`` not, ``rtt_send_late_max_s`` the most a probe went out after its slot."""
     table = run.table("rtt")
     window = load_window(run)
     rows = table
@@ -254,9 +258,23 @@ def rtt(run: Run, s: Summary) -> None:
         s.na("rtt_p50_s", f"no RTT samples under load: {why}")
         s.na("rtt_p99_s", f"no RTT samples under load: {why}")
         return
-    s.percentiles(vals.to_numpy(), {"rtt_p50_s": 50, "rtt_p99_s": 99})
-    s.put("rtt_n", len(vals))
-    s.put("rtt_lost", len(rows) - len(vals))
+    n, answered = len(rows), np.sort(vals.to_numpy())
+    lost = n - answered.size
+    for name, q in (("rtt_p50_s", 50.0), ("rtt_p99_s", 99.0)):
+        rank = (n - 1) * q / 100  # numpy's linear rank among all n probes sent, the lost ones last
+        short = supported_quantile(q, n)
+        if short is None and rank > answered.size - 1:
+            short = f"{lost} of {n} probes ({lost / n:.1%}) were never answered: more than {100 - q:g}% lost"
+        if short is not None:
+            s.na(name, short, n=n)
+            continue
+        level = q if lost == 0 else min(100.0, 100 * rank / max(answered.size - 1, 1))  # that rank among answers
+        s.put(name, percentiles(answered, [level])[0], n=n)
+    s.put("rtt_n", int(answered.size))
+    s.put("rtt_lost", lost)
+    late = numbers(rows, "send_late_s").dropna()
+    if not late.empty:  # a record of a prober that keeps its schedule (traffic/rtt_probe.py)
+        s.put("rtt_send_late_max_s", float(late.max()))
 
 
 def _host_names(run: Run) -> dict[str, str]:

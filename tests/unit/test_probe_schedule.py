@@ -43,16 +43,18 @@ class FakeClock:
 
 
 class FakePath:
-    """Answers take ``rtt(seq)`` s (None: never answered) and are stamped with their arrival, as the kernel does;
-    a send takes ``stall(seq)`` s of the prober's time (a prober without CPU)."""
+    """Answers take ``rtt(seq)`` s on the path (None: never answered) plus ``hold(seq)`` s in the echo, which they
+    carry, and are stamped with their arrival, as the kernel does; a send takes ``stall(seq)`` s of the prober's
+    time (a prober without CPU)."""
 
     def __init__(
         self,
         clock: FakeClock,
         rtt: Callable[[int], float | None],
         stall: Callable[[int], float] = lambda k: 0.0,
+        hold: Callable[[int], float] = lambda k: 0.0,
     ) -> None:
-        self.clock, self.rtt, self.stall = clock, rtt, stall
+        self.clock, self.rtt, self.stall, self.hold = clock, rtt, stall, hold
         self.arrivals: list[tuple[float, int]] = []
         self.max_outstanding = 0
 
@@ -60,12 +62,12 @@ class FakePath:
         t = self.clock.now
         rtt = self.rtt(seq)
         if rtt is not None:
-            heapq.heappush(self.arrivals, (t + rtt, seq))
+            heapq.heappush(self.arrivals, (t + rtt + self.hold(seq), seq))
         self.max_outstanding = max(self.max_outstanding, len(self.arrivals))
         self.clock.now += self.stall(seq)
         return t
 
-    def receive(self, timeout: float) -> list[tuple[int, float]]:
+    def receive(self, timeout: float) -> list[tuple[int, float, float]]:
         horizon = self.clock.now + timeout
         if not self.arrivals or self.arrivals[0][0] > horizon:
             self.clock.now = horizon
@@ -74,15 +76,18 @@ class FakePath:
         got = []
         while self.arrivals and self.arrivals[0][0] <= self.clock.now:
             t, seq = heapq.heappop(self.arrivals)
-            got.append((seq, t))
+            got.append((seq, t, self.hold(seq)))
         return got
 
 
 def schedule(
-    rtt: Callable[[int], float | None], slots: int = 30, stall: Callable[[int], float] = lambda k: 0.0
+    rtt: Callable[[int], float | None],
+    slots: int = 30,
+    stall: Callable[[int], float] = lambda k: 0.0,
+    hold: Callable[[int], float] = lambda k: 0.0,
 ) -> tuple[Schedule, list[dict[str, Any]], int, FakePath]:
     clock = FakeClock()
-    path = FakePath(clock, rtt, stall)
+    path = FakePath(clock, rtt, stall, hold)
     sched = Schedule(clock.now, INTERVAL, slots)
     records: list[dict[str, Any]] = []
     lost = run(path, clock, sched, records.append)
@@ -154,14 +159,22 @@ def test_a_stalled_prober_sends_every_slot_late_but_never_in_a_burst() -> None:
     assert [r["send_late_s"] for r in rows] == pytest.approx([x / 1e3 for x in late], abs=1e-9)
 
 
+def test_the_echos_holding_time_is_not_the_paths() -> None:
+    _, records, lost, _ = schedule(lambda k: 0.02, hold=lambda k: 0.015 if k % 3 == 0 else 0.0)
+    rows = probe_rows(records)
+    assert lost == 0 and all(r["rtt_s"] == pytest.approx(0.02, abs=1e-9) for r in rows)
+    held = [r for r in kinds(records, "answer") if r["seq"] % 3 == 0]
+    assert all(r["hold_s"] == 0.015 for r in held)
+
+
 def test_probe_rows_join_sends_and_answers() -> None:
     records = [
         {"type": "start", "t0": 10.0, "interval": 0.01, "slots": 3, "proto": "udp", "sport": 40000},
         {"type": "send", "seq": 0, "t_sched": 10.0, "t_send": 10.001},
         {"type": "send", "seq": 1, "t_sched": 10.01, "t_send": 10.01},
-        {"type": "answer", "seq": 1, "t_recv": 10.02},
-        {"type": "answer", "seq": 0, "t_recv": 10.051},
-        {"type": "answer", "seq": 0, "t_recv": 10.09},  # a duplicate: the first answer counts
+        {"type": "answer", "seq": 1, "t_recv": 10.02, "hold_s": 0.0},
+        {"type": "answer", "seq": 0, "t_recv": 10.055, "hold_s": 0.004},  # the echo held it 4 ms
+        {"type": "answer", "seq": 0, "t_recv": 10.09, "hold_s": 0.0},  # a duplicate: the first answer counts
         {"type": "answer", "seq": 4294967295, "t_recv": 10.03},  # the hello: no slot
         {"type": "send", "seq": 2, "t_sched": 10.02, "t_send": 10.02},
         {"type": "end", "t_end": 11.02, "drain_s": 1.0, "outstanding": 1},
@@ -307,8 +320,38 @@ def test_probe_jobs_on_loopback_bind_their_placed_ports(tmp_path: Path) -> None:
     for job, src in (("pt", "h0"), ("pt", "h2"), ("pu", "h3")):
         rows = [r for r in t["rtt"] if r["job"] == job and r["src"] == src]
         assert [r["seq"] for r in rows] == list(range(20)), (job, src)
+        # the echo's holding time comes off: what is left is from the request's send to the answer's arrival,
+        # less the time between the request's arrival and the answer's send, never negative
+        assert all(r["rtt_s"] >= 0 for r in rows if r["rtt_s"] is not None), (job, src)
+        assert job == "pu" or all(r["rtt_s"] is not None for r in rows), (job, src)
     placed = {(h, j, f): p for h, j, f, p in ports.assigned}
     for job, i, src in (("pt", 0, "h0"), ("pt", 1, "h2"), ("pu", 0, "h3")):
         start = json.loads((tmp_path / f"{job}.probe{i}.jsonl").read_text().splitlines()[0])
         assert start["type"] == "start" and start["sport"] == placed[(src, job, f"probe{i}")] != 0
 
+
+# ---- the summary: a lost probe is an infinite round trip --------------------------------------------------------
+
+
+def _rtt_summary(tmp_path: Path, answered: int, lost: int) -> dict[str, Any]:
+    from results.metrics import summarize
+    from results.record import RunRecord, load_run
+
+    rows = [{"job": "p", "src": "a", "dst": "b", "seq": k, "t_send": 1.0 + k * 0.01, "rtt_s": (k + 1) / 1000,
+             "send_late_s": 0.0005 if k == 7 else 0.0} for k in range(answered)]  # fmt: skip
+    rows += [{"job": "p", "src": "a", "dst": "b", "seq": answered + k, "t_send": 9.0} for k in range(lost)]
+    rec = RunRecord.create(tmp_path, f"r{answered}-{lost}")
+    rec.table("rtt").write_many(rows)
+    rec.finish()
+    return summarize(load_run(rec.path))
+
+
+def test_rtt_percentiles_count_lost_probes_as_infinite(tmp_path: Path) -> None:
+    s = _rtt_summary(tmp_path, 200, 0)  # round trips 1 .. 200 ms
+    assert s["rtt_p99_s"] == pytest.approx(0.19801) and s["rtt_n"] == 200 and s["rtt_lost"] == 0
+    assert s["rtt_send_late_max_s"] == pytest.approx(0.0005)
+    s = _rtt_summary(tmp_path, 200, 1)  # rank 0.99 x 200 = 198 of 201 sent: the 199th answer, 199 ms
+    assert s["rtt_p99_s"] == pytest.approx(0.199) and s["rtt_lost"] == 1
+    s = _rtt_summary(tmp_path, 200, 3)  # rank 0.99 x 202 = 199.98, beyond the last answer: 1.5% lost
+    assert s["rtt_p99_s"] is None and "3 of 203 probes (1.5%) were never answered" in s["not_applicable"]["rtt_p99_s"]
+    assert s["rtt_p50_s"] == pytest.approx(0.102)  # rank 101 of 203
