@@ -83,22 +83,23 @@ class RttProbeGenerator(ProcGenerator):
 
 def probe_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pure: one row per slot a prober sent, in seq order: ``t_send``; ``rtt_s``, its first answer's arrival minus
-    its send (None, an empty cell, when none came before the prober ended); ``send_late_s``, how long after its
-    slot it was sent. A prober of older records wrote one ``rtt`` record per request: read as written."""
+    its send, less the time the echo held it (None, an empty cell, when no answer came before the prober ended);
+    ``send_late_s``, how long after its slot it was sent. Older probers wrote one ``rtt`` record per request: read
+    as written."""
     sends: dict[int, dict[str, Any]] = {}
-    answers: dict[int, float] = {}
+    answers: dict[int, dict[str, Any]] = {}
     rows = []
     for rec in records:
         kind = rec.get("type")
         if kind == "send":
             sends.setdefault(rec["seq"], rec)
         elif kind == "answer":
-            answers.setdefault(rec["seq"], rec["t_recv"])
+            answers.setdefault(rec["seq"], rec)
         elif kind == "rtt":
             rows.append({"seq": rec["seq"], "t_send": rec["t_send"], "rtt_s": rec["rtt_s"], "send_late_s": None})
     for seq in sorted(sends):
-        t_send, t_recv = sends[seq]["t_send"], answers.get(seq)
-        rtt = None if t_recv is None else t_recv - t_send
+        t_send, answer = sends[seq]["t_send"], answers.get(seq)
+        rtt = None if answer is None else answer["t_recv"] - t_send - answer.get("hold_s", 0.0)
         rows.append({"seq": seq, "t_send": t_send, "rtt_s": rtt, "send_late_s": t_send - sends[seq]["t_sched"]})
     return rows
 

@@ -15,7 +15,10 @@ schedule is caught up, instead of in one burst that would queue the prober's req
 measure that. No slot is skipped.
 
 Times. A request is stamped just before it is sent, an answer by the kernel's arrival stamp (SO_TIMESTAMPNS), as
-ping does both: a prober that reads its answers late does not add that to their round trips.
+ping does both: a prober that reads its answers late does not add that to their round trips. The echo server is a
+process too, and one the scheduler may leave waiting: it writes into each answer how long it held the request, from
+the kernel's arrival stamp of it to the answer's send, and that is taken off the round trip, as irtt takes off its
+server's processing time (ping's echo is answered in the kernel and holds nothing).
 
 End. After the last send the prober waits ``drain_s(longest)`` for the answers still outstanding: three times the
 longest round trip seen by then (answered, or still waiting), at least 1 s (five of TCP's minimum retransmission
@@ -45,7 +48,7 @@ from typing import Any, Protocol
 
 from traffic.gate import ready_then_wait
 
-PROBE = struct.Struct("!Id")  # seq, send time: the head of every request and answer
+PROBE = struct.Struct("!Idd")  # seq, send time, the echo's holding time (0 in a request): every frame's head
 HELLO_SEQ = 0xFFFFFFFF  # the UDP reachability request's seq: no slot has it, so its late answers are ignored
 CATCH_UP_GAP = 0.5  # of an interval: the least gap between two requests, while a late prober catches up
 DRAIN_MIN_S, DRAIN_MAX_S, DRAIN_RTTS = 1.0, 10.0, 3.0
@@ -53,10 +56,11 @@ CONNECT_S = 10.0  # how long the prober tries to reach its echo server (it may n
 SEND_TIMEOUT_S = 10.0  # a TCP request that cannot enter the send buffer for this long fails the probe
 SO_TIMESTAMPNS = 35  # Linux (asm-generic): arrival times of received data as a struct timespec
 TIMESPEC = struct.Struct("@qq")
+HOLD_AT = 12  # the offset of the echo's holding time in a frame
 CMSG_SPACE = socket.CMSG_SPACE(TIMESPEC.size)
 
 Clock = Callable[[], float]
-Answer = tuple[int, float]  # seq, arrival time
+Answer = tuple[int, float, float]  # seq, arrival time, the echo's holding time
 Emit = Callable[[dict[str, Any]], None]
 
 
@@ -68,7 +72,8 @@ class Link(Protocol):
         ...
 
     def receive(self, timeout: float) -> list[Answer]:
-        """Wait at most ``timeout`` s for answers; return those that came (maybe none, maybe early)."""
+        """Wait at most ``timeout`` s for answers; return those that came (maybe none, maybe early): seq, arrival
+        time, and how long the echo held the request."""
         ...
 
 
@@ -92,7 +97,7 @@ def drain_s(longest: float) -> float:
 
 
 def frame_size(size: int) -> int:
-    """Bytes of each request and answer: the job's ``size``, or the probe's head if that is more."""
+    """Bytes of each request and answer: the job's ``size``, or the probe's head (20 bytes) if that is more."""
     return max(size, PROBE.size)
 
 
@@ -105,11 +110,11 @@ def run(link: Link, clock: Clock, sched: Schedule, emit: Emit) -> int:
 
     def take(answers: list[Answer]) -> None:
         nonlocal longest
-        for seq, t_recv in answers:
+        for seq, t_recv, hold in answers:
             if seq in outstanding:  # the first answer to a request of this probe; others are ignored
                 outstanding.discard(seq)
                 longest = max(longest, t_recv - sent[seq])
-                emit({"type": "answer", "seq": seq, "t_recv": t_recv})
+                emit({"type": "answer", "seq": seq, "t_recv": t_recv, "hold_s": hold})
 
     t_prev = -math.inf
     for k in range(sched.slots):
@@ -169,7 +174,7 @@ class TcpLink:
 
     def send(self, seq: int) -> float:
         t = self.clock()
-        PROBE.pack_into(self.request, 0, seq, t)
+        PROBE.pack_into(self.request, 0, seq, t, 0.0)
         _send_all(self.sock, self.request)
         return t
 
@@ -188,7 +193,8 @@ class TcpLink:
             self.t_last = max(self.t_last, self.clock() if stamp is None else stamp)
             self.answer += data
             if len(self.answer) == self.frame:
-                got.append((PROBE.unpack_from(self.answer)[0], self.t_last))
+                seq, _, hold = PROBE.unpack_from(self.answer)
+                got.append((seq, self.t_last, hold))
                 self.answer.clear()
 
 
@@ -203,7 +209,7 @@ class UdpLink:
 
     def send(self, seq: int) -> float:
         t = self.clock()
-        PROBE.pack_into(self.request, 0, seq, t)
+        PROBE.pack_into(self.request, 0, seq, t, 0.0)
         try:
             _send_all(self.sock, self.request)
         except ConnectionRefusedError:  # an earlier datagram's ICMP error, reported here: this one was not sent
@@ -223,7 +229,8 @@ class UdpLink:
                 continue
             if len(data) >= PROBE.size:
                 stamp = _rx_stamp(anc)
-                got.append((PROBE.unpack_from(data)[0], self.clock() if stamp is None else stamp))
+                seq, _, hold = PROBE.unpack_from(data)
+                got.append((seq, self.clock() if stamp is None else stamp, hold))
 
 
 def _socket(kind: socket.SocketKind, cfg: dict[str, Any]) -> socket.socket:
@@ -260,7 +267,7 @@ def _udp_connect(cfg: dict[str, Any], deadline: float) -> socket.socket:
     """A connected UDP socket whose echo server has answered (it may not be bound yet: refused or silent)."""
     s = _socket(socket.SOCK_DGRAM, cfg)
     s.connect((cfg["dst_ip"], cfg["port"]))
-    hello = PROBE.pack(HELLO_SEQ, 0.0)
+    hello = PROBE.pack(HELLO_SEQ, 0.0, 0.0)
     s.settimeout(0.05)
     while True:
         try:
@@ -303,40 +310,51 @@ def probe(cfg: dict[str, Any], out: Any) -> None:
         sock.close()
 
 
-def _recv_exact(sock: socket.socket, buf: memoryview) -> None:
-    got = 0
-    while got < len(buf):
-        k = sock.recv_into(buf[got:])
-        if k == 0:
-            raise ConnectionError("peer closed the connection")
-        got += k
+def _serve_tcp(c: socket.socket, frame: int) -> None:
+    """Answer one connection's requests in order; each answer says how long its request was held here, from when it
+    could be read in order (the kernel's arrival stamp of its last segment, never before the request ahead)."""
+    c.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    buf = bytearray(frame)
+    t_in = -math.inf
+    try:
+        while True:
+            got = 0
+            while got < frame:
+                data, anc, _, _ = c.recvmsg(frame - got, CMSG_SPACE)
+                if not data:
+                    raise ConnectionError("peer closed the connection")
+                buf[got : got + len(data)] = data
+                got += len(data)
+                stamp = _rx_stamp(anc)
+                t_in = max(t_in, time.time() if stamp is None else stamp)
+            struct.pack_into("!d", buf, HOLD_AT, time.time() - t_in)
+            c.sendall(buf)
+    except (ConnectionError, OSError):
+        c.close()
 
 
 def echo(cfg: dict[str, Any], ip: str) -> None:
-    """The echo server of a destination: every request goes back as it came (TCP: in order, a frame at a time)."""
+    """The echo server of a destination: every request goes back with the time it was held here (TCP: in order, a
+    frame at a time)."""
     port, frame = cfg["port"], frame_size(cfg["size"])
     if cfg["proto"] == "udp":
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         if cfg.get("tos"):
             u.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg["tos"])
         u.bind((ip, port))
         while True:
-            data, addr = u.recvfrom(65536)
-            u.sendto(data, addr)
+            data, anc, _, addr = u.recvmsg(65536, CMSG_SPACE)
+            t_in = _rx_stamp(anc)
+            answer = bytearray(data)
+            if len(answer) >= PROBE.size:
+                t_out = time.time()
+                struct.pack_into("!d", answer, HOLD_AT, t_out - (t_out if t_in is None else t_in))
+            u.sendto(answer, addr)
     lst = socket.create_server((ip, port), backlog=64)
-
-    def serve(c: socket.socket) -> None:
-        buf = memoryview(bytearray(frame))
-        try:
-            while True:
-                _recv_exact(c, buf)
-                c.sendall(buf)
-        except (ConnectionError, OSError):
-            c.close()
-
     while True:
         c, _ = lst.accept()
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if cfg.get("cc"):
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cfg["cc"].encode())
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
+        threading.Thread(target=_serve_tcp, args=(c, frame), daemon=True).start()
