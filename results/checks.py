@@ -45,6 +45,11 @@ class Thresholds:
     # a frame time or more, judged at ports with at least gap_min_n gaps
     gap_late_share_max: float = 0.01
     gap_min_n: int = 1000
+    # slow_iterations (results/fidelity_stalls.py): an iteration this many times its job's median needs a cause
+    slow_iter_factor: float = 1.5
+    # stalls: a sampler gap or a CPU's stall (cpu_stalls.csv) covering this share of a flow's stall makes it the
+    # machine's
+    stall_gap_share: float = 0.5
 
 
 def as_frame(rows: Rows) -> pd.DataFrame:

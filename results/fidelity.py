@@ -29,6 +29,9 @@ Checks (thresholds in ``Thresholds``):
   the verdict as a warning (``waived_by``, listed in ``warnings``) and does not make the run unfaithful.
 - ``pfc`` (runs with lossless classes): the PFC controller reacted within the time the headroom was sized for
   (``results.fidelity_pfc``).
+- ``stalls`` and ``slow_iterations`` (runs whose rank workers had the stall watchdog, stalls.csv): every flow that
+  went two RTOs without progress has a cause in the record, and the experiment made it; every iteration over
+  ``slow_iter_factor`` x its job's median has a cause (``results.fidelity_stalls``).
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ from results.checks import Rows, Thresholds, as_frame, check, verdict, waive
 from results.fidelity_gaps import check_dequeue_gaps
 from results.fidelity_pfc import check_pfc
 from results.fidelity_senders import check_senders
+from results.fidelity_stalls import check_slow_iterations, check_stalls
 from results.ports import PortRows, in_window, split_ports
 from results.record import load_run
+from results.stall_causes import StallTables, judge_stalls
 from results.tables import numbers
 from testbed.spec.link import ETH_HEADER
 from testbed.vm import guestfit
@@ -326,12 +331,14 @@ def evaluate(
     qtelem_health: Mapping[str, Any] | None = None,
     pauses: Rows = (),
     pfc: Mapping[str, Any] | None = None,
+    stall_tables: StallTables | None = None,
 ) -> dict[str, Any]:
     """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span.
     ``pauses`` (pauses.csv): PFC pauses, not busy time for bottleneck_rate; ``pfc`` (manifest ``pfc``): its check.
     ``senders`` (senders.csv) and ``flows``: the sender_backlog check, left out when ``senders`` is None.
     ``qtelem_health`` (the kernel telemetry's, manifest ``qtelem_health``): the dequeue_gap check, which, when it
-    passes, turns a failed cpu_saturation into a warning: the packets left on time although the cores were busy."""
+    passes, turns a failed cpu_saturation into a warning: the packets left on time although the cores were busy.
+    ``stall_tables`` (a record with stalls.csv): the stalls and slow_iterations checks."""
     q, lk, c = as_frame(queues), as_frame(links), as_frame(cpu)
     cpu_check = check_cpu(c, th, window)
     checks = [
@@ -344,6 +351,10 @@ def evaluate(
         checks.append(check_senders(senders, flows, th, senders_watched))
     if pfc is not None:
         checks.append(check_pfc(pfc))
+    if stall_tables is not None:
+        judged = judge_stalls(stall_tables, q, lk, c, th)
+        checks.append(check_stalls(stall_tables, th=th, judged=judged))
+        checks.append(check_slow_iterations(stall_tables, q, th, judged))
     if qtelem_health is not None:
         gaps = check_dequeue_gaps(qtelem_health, ports, th)
         checks.append(gaps)
@@ -382,6 +393,8 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
     if manifest.get("pfc") is not None:  # lossless classes: PFC's pauses and its check
         kw.setdefault("pauses", run.table("pauses"))
         kw.setdefault("pfc", manifest["pfc"])
+    if "stalls" in (manifest.get("tables") or {}):  # the rank workers had the stall watchdog
+        kw.setdefault("stall_tables", stall_tables(run))
     verdict = evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)
     if changed:
         names = ", ".join(f"{n}:{d}" for n, d in sorted(changed))
@@ -389,6 +402,21 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
             if c["name"] == "bottleneck_rate":
                 c["reason"] += f" (not judged: {names}, whose rate a link event changed)"
     return verdict
+
+
+def stall_tables(run: Any) -> StallTables:
+    """What the stall guardrails read of a record (every fabric port: a degraded link's too)."""
+    return StallTables(
+        stalls=run.table("stalls"),
+        iterations=run.table("iterations"),
+        flows=run.table("flows"),
+        fct=run.table("fct"),
+        link_events=run.table("link_events"),
+        pauses=run.table("pauses"),
+        netstat=run.table("netstat"),
+        cpu_stalls=run.table("cpu_stalls"),
+        ports=(run.manifest.get("fabric") or {}).get("ports") or (),
+    )
 
 
 def pause_intervals(pauses: Rows) -> dict[tuple[str, str], np.ndarray]:

@@ -20,6 +20,7 @@ from testbed.spec.workload import CollectiveJob, PipelineJob, PsJob, StepJob
 from traffic import formulas
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, check_cc, host, read_jsonl, tos_of
 from traffic.placement import PlacementError
+from traffic.stalls import stall_rows
 from traffic.trace_job import trace_config, trace_ops
 from traffic.worker import build_schedule
 
@@ -184,6 +185,7 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
     cpu: list[dict[str, Any]] = []
     flows: list[dict[str, Any]] = []
     raw: list[dict[str, Any]] = []  # the step records as the workers wrote them (trace_ops)
+    watch: dict[int, list[dict[str, Any]]] = {}  # the watchdog's records by rank (traffic.stalls)
     seen = Counter[int]()
     for r, name in enumerate(names):
         path = raw_dir / f"{job}.rank{r}.jsonl"
@@ -256,6 +258,8 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
                 )
             elif t == "cpu":
                 cpu.append({"job": job, "rank": r, "host": name, "cpu_s": rec["cpu_s"], "wall_s": rec["wall_s"]})
+            elif t in ("stall", "stall_end", "watch"):
+                watch.setdefault(r, []).append(rec)
     ideal = {sz: _ideal(cfg, sz) for sz in {v["size"] for v in iters.values()}}
     rows = [
         {
@@ -276,6 +280,8 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
         if seen[i] == len(names)  # an iteration some rank never finished is not one
     ]
     out: Rows = {"iterations": rows, "worker_cpu": cpu, "flows": flows}
+    if watch:  # workers with a watchdog: stalls.csv, empty when nothing stalled (older raw files: no table)
+        out["stalls"] = stall_rows(job, names, watch)
     if "trace" in cfg:  # trace and ddp: one row per node
         out["trace_ops"] = trace_ops(job, cfg, names, raw)
     out["pipeline" if cfg["kind"] == "pipeline" else "steps"] = pipe if cfg["kind"] == "pipeline" else steps

@@ -12,8 +12,10 @@ A size sweep (``sizes`` in the config) runs warmup + iterations of each size in 
 
 Output: JSON lines in ``<out>``: ``step`` records (one per iteration, step, op, peer), ``iter`` records (per rank,
 with the size it moved), one ``flow`` record per connection this rank sent on (ports, bytes, first/last send) and
-one final ``cpu`` record (user+system seconds of this process, wall seconds). Any error, a dead peer or a timeout
-ends the process with a non-zero exit and a message on stderr.
+one final ``cpu`` record (user+system seconds of this process, wall seconds). A watchdog thread
+(``traffic.watchdog``) adds ``stall`` and ``stall_end`` records for a flow that made no progress for two RTOs, and
+one ``watch`` record. Any error, a dead peer or a timeout ends the process with a non-zero exit and a message on
+stderr.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from traffic.schedule import (
     sent_key,
 )
 from traffic.trace_schedule import TraceBuilder
+from traffic.watchdog import FLOOR_S, Progress, Watchdog
 
 BARRIER_LEAD = 0.01  # rank 0 announces a start this far in the future (>> one RTT), then every rank sleeps to it
 
@@ -211,8 +214,11 @@ class Iteration:
         socks: dict[int, socket.socket],
         sendbuf: memoryview,
         t0: float,
+        progress: Progress | None = None,
+        it: int = 0,
     ):
         self.prog, self.socks, self.sendbuf, self.t0 = prog, socks, sendbuf, t0
+        self.progress, self.it = progress or Progress(), it  # what the watchdog reads (traffic.watchdog)
         self.cond = threading.Condition()
         self.counts: dict[int, int] = {}
         self.error: BaseException | None = None
@@ -249,6 +255,7 @@ class Iteration:
                 if delay > 0:
                     time.sleep(delay)
             ts = time.time()
+            self.progress.sent[peer] = (self.it, msg.step)
             sock.sendall(self.sendbuf[: msg.nbytes])
             rec((msg.step, "send", peer, ts, time.time(), msg.nbytes))
             self._bump(sent_key(peer))
@@ -257,17 +264,25 @@ class Iteration:
         sock, rec = self.socks[peer], self.records.append
         queue = self.prog.recvs[peer]
         buf = memoryview(bytearray(max(n for n, _ in queue)))
+        state, gaps, it = self.progress.recv, self.progress.gap, self.it
         for nbytes, step in queue:
-            got, ts = 0, (time.time() if nbytes == 0 else 0.0)  # an empty message (a tiny size's chunk) is there
+            last = time.time()
+            got, ts = 0, (last if nbytes == 0 else 0.0)  # an empty message (a tiny size's chunk) is there
+            state[peer] = (it, step, 0, nbytes, last)
             while got < nbytes:
                 k = sock.recv_into(buf[got:nbytes])
                 if k == 0:
                     raise ConnectionError(f"peer rank {peer} closed the connection")
+                now = time.time()
                 if got == 0:
-                    ts = time.time()
-                got += k
+                    ts = now
+                if now - last > FLOOR_S:  # a long wait: when it ended, to the clock reading (the watchdog's t_end)
+                    gaps[peer] = (last, now)
+                got, last = got + k, now
+                state[peer] = (it, step, got, nbytes, now)
             rec((step, "recv", peer, ts, time.time(), nbytes))
             self._bump(peer)
+        state[peer] = (it, -1, 0, 0, time.time())
 
     def _computer(self) -> None:
         for item in self.prog.computes:
@@ -329,7 +344,10 @@ def main(argv: list[str]) -> int:
     sendbuf = memoryview(bytearray(os.urandom(min(biggest, 1 << 16)) * (-(-biggest // (1 << 16)))))
     gap = float(cfg.get("compute_gap", 0.0)) if cfg.get("bucket", 1) == 1 else 0.0
     out_path = cfg["out"].format(rank=rank)
-    with open(out_path, "w") as out:
+    progress = Progress()
+    sends = {p for prog in progs for p in prog.sends}
+    watchdog = Watchdog(rank, socks, sends, {p for prog in progs for p in prog.recvs}, progress)
+    with open(out_path, "w") as out, watchdog.writing_to(out):
         flows: dict[int, list[float]] = {}  # peer id -> [first send start, last send end, bytes] (this direction)
         per_size = cfg["warmup"] + cfg["iterations"]
         for it in range(per_size * len(progs)):
@@ -338,7 +356,7 @@ def main(argv: list[str]) -> int:
             if gap > 0:
                 time.sleep(gap)
             t_start = time.time() if gap > 0 else go
-            run = Iteration(prog, socks, sendbuf, go)
+            run = Iteration(prog, socks, sendbuf, go, progress, it)
             t_end = run.run(cfg["timeout"])
             warm = it % per_size < cfg["warmup"]
             for _step, op, vpeer, ts, te, n in run.records:
@@ -378,6 +396,7 @@ def main(argv: list[str]) -> int:
                 )
                 + "\n"
             )
+            watchdog.write(out)
         for vpeer, (fs, fe, nb) in sorted(flows.items()):
             sock = socks[vpeer]
             rec = {

@@ -3,11 +3,15 @@ of this namespace), including failure and timeout paths."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from results.stall_causes import StallTables, judge_stalls
 from testbed.host.capabilities import Capabilities
 from testbed.host.procs import ProcessGroup
 from testbed.spec.topology import HostInfo
@@ -16,6 +20,7 @@ from traffic.base import GeneratorError, RunContext
 from traffic.workload import run_workload
 
 HOSTS = {f"h{i}": HostInfo(f"h{i}", f"127.0.1.{i + 1}", f"l{i // 2}") for i in range(4)}
+HOLD_S = 1.0  # longer than the watchdog's bound (two RTOs of at least 200 ms)
 
 
 def run(tmp_path: Path, jobs: list[dict], timeout: float = 60) -> dict[str, list[dict]]:
@@ -57,6 +62,35 @@ def test_collectives_on_loopback(tmp_path: Path, kind: str, algo: str) -> None:
     assert sum(s["bytes"] for s in t["steps"] if s["op"] == "send") == sum(
         s["bytes"] for s in t["steps"] if s["op"] == "recv"
     )
+    assert t["stalls"] == []  # the watchdog watched and nothing stalled
+
+
+def test_a_rank_held_still_is_a_stall_its_peer_records(tmp_path: Path) -> None:
+    """SIGSTOP rank 1 of a ring at the go time, for a second: rank 0's 8 MB message to it fills rank 1's receive
+    window, so rank 0's watchdog records a send stall, ended when rank 1 runs again, with the closed window the
+    guardrail reads as the receiver's."""
+    jobs = [{"kind": "allreduce", "name": "c", "algorithm": "ring", "size": "24MB", "iterations": 1, "warmup": 0,
+             "ranks": ["h0", "h1", "h2"], "cc": "reno"}]  # fmt: skip
+    held: list[float] = []
+
+    def hold(_go: float) -> None:  # traffic starts 30 ms after the go file is written: rank 1 never starts it
+        rank1 = next(p for p in pg.procs if p.name == "c:rank1")
+        os.kill(rank1.pid, signal.SIGSTOP)
+        held.append(time.time())
+        threading.Timer(HOLD_S, os.kill, (rank1.pid, signal.SIGCONT)).start()
+
+    with ProcessGroup() as pg:
+        ctx = RunContext(HOSTS, pg, tmp_path, go_file=tmp_path / "go")
+        t = run_workload(parse_workload(jobs), ctx, Capabilities(), 60, on_go=hold)
+    rows = [r for r in t["stalls"] if (r["side"], r["rank"], r["peer"]) == ("send", "h0", "h1")]
+    assert len(rows) == 1, t["stalls"]
+    row = rows[0]
+    # the receiver's kernel takes a little more as it compacts its queue, then nothing until rank 1 runs again
+    assert held[0] <= row["t_start"] and row["t_end"] is not None and row["duration_s"] > row["bound_s"] >= 0.4
+    assert -0.05 < row["t_end"] - (held[0] + HOLD_S) < 0.3
+    assert row["notsent_bytes"] > 0
+    (st,) = judge_stalls(StallTables(stalls=t["stalls"]))
+    assert st.cause == "receiver did not read"
 
 
 def test_ps_and_background_jobs_together(tmp_path: Path) -> None:
