@@ -47,6 +47,7 @@ from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry import PortRef, start_sampler
 from testbed.telemetry.bpfmarks import marks_map_path
 from testbed.telemetry.budget import CpuBudget
+from testbed.telemetry.canary import CanaryConfig, start_canary
 from testbed.telemetry.netstat import snapshot_hosts
 from testbed.telemetry.ports import SenderRef
 from testbed.telemetry.qslots import QslotsConfig, start_qslots
@@ -292,6 +293,7 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
     pfc = start_pfc(fab.procs, plan, fab.netns, record.path) if plan else None
     if pfc is not None:
         record.event("pfc", f"controller watching {len(plan.queues)} queues, {len(plan.feeds)} ingress ports")
+    canary = start_canary(fab.procs, CanaryConfig(), record.path)
     qslots = start_qslots(fab.procs, _qslots_config(fab, tele), record.path) if tele.bpf_queues else None
     record.set("queue_telemetry", ["poller", "bpf"] if qslots is not None else ["poller"])
     if qslots is not None:
@@ -337,6 +339,8 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
             record.set("pfc", pfc.stop())
             record.set("tables", {**record.manifest["tables"], "pauses": SCHEMAS["pauses"][1]})
         record.set("sampler_health", sampler.stop())
+        record.set("machine_stalls", canary.stop())
+        record.set("tables", {**record.manifest["tables"], "cpu_stalls": SCHEMAS["cpu_stalls"][1]})
         record.set("tc_after", tc_text(fab))
         record.table("placement").write_many(ports.rows())  # every flow's source port, even when a job failed
         path_counts = record_counters(record, fab)

@@ -49,6 +49,11 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
         "interface counters over time (cumulative)",
     ),
     "cpu": (("t", "cpu", "busy"), "CPU busy fraction 0..1 over the last interval; cpu = all or the core number"),
+    "cpu_stalls": (
+        ("t", "cpu", "late_s", "waited_s", "stalled_s"),
+        "times a CPU did not run (the per-CPU canary): a wake-up late by late_s, of which waited_s was spent "
+        "runnable (contention) and stalled_s not explained by it; one row per stall over the canary's floor",
+    ),
     "senders": (
         (
             "t",
@@ -251,6 +256,7 @@ TEXT: dict[str, frozenset[str]] = {
     "links": frozenset({"node", "dev"}),
     "pauses": frozenset({"port", "node", "dev", "router", "class", "queue"}),
     "cpu": frozenset({"cpu"}),
+    "cpu_stalls": frozenset({"cpu"}),
     "senders": frozenset({"node"}),
     "netstat": frozenset({"host", "phase", "counter"}),
     "iterations": frozenset({"job", "kind", "algorithm"}),
