@@ -30,7 +30,8 @@ latency a TCP flow's small messages see; with no loss it is the path's round tri
 datagram per request and its echo, as irtt: independent of each other, and a lost one stays lost.
 
 Output, one JSON object a line: ``start`` (t0, interval, slots, proto, sport), a ``send`` per slot (seq, t_sched,
-t_send), an ``answer`` per first answer (seq, t_recv), ``end`` (t_end, drain_s, outstanding).
+t_send), an ``answer`` per first answer (seq, t_recv, hold_s: the echo's holding time), ``end`` (t_end, drain_s,
+outstanding). The round trip is t_recv - t_send - hold_s (traffic.probes.probe_rows).
 """
 
 from __future__ import annotations
