@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -298,9 +299,8 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
     record.set("queue_telemetry", ["poller", "bpf"] if qslots is not None else ["poller"])
     if qslots is not None:
         record.event("qslots", "started")
-    ports = SourcePorts(
-        scenario.placement.seed(scenario.seed, scenario.repeat_index), reserved=fixed_client_ports(scenario.workload)
-    )
+    ports = source_ports(fab, scenario)
+    first_port = len(ports.assigned)  # an earlier run's on this fabric are in its own record
     ctx = RunContext(
         fab.hosts, fab.procs, record.raw_dir, fab.spec.host_link, cc_name=fab.cc_name, go_file=go_file, ports=ports
     )
@@ -342,7 +342,8 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         record.set("machine_stalls", canary.stop())
         record.set("tables", {**record.manifest["tables"], "cpu_stalls": SCHEMAS["cpu_stalls"][1]})
         record.set("tc_after", tc_text(fab))
-        record.table("placement").write_many(ports.rows())  # every flow's source port, even when a job failed
+        jobs = {j.name for j in scenario.workload}  # a job run beside this one on the same fabric has its own record
+        record.table("placement").write_many(r for r in ports.rows()[first_port:] if r["job"] in jobs)
         path_counts = record_counters(record, fab)
     for table, rows in tables.items():
         w = record.table(table)
@@ -351,6 +352,24 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
     record_path_bytes(record, fab, path_counts, [*tables.get("flows", []), *tables.get("fct", [])])
     if event_errors:
         raise RuntimeError(f"a link event could not be applied: {event_errors[0]}")
+
+
+# One allocator per built fabric: a run on a fabric kept up (the lab CLI's `run JOB`) never binds a port that an earlier
+# run's connection may still hold in TIME_WAIT (iperf3 binds --cport without SO_REUSEADDR) or that a job running
+# beside it holds; a flow key asked for again gets its next port. A fabric built for one point starts afresh.
+_PORTS: weakref.WeakKeyDictionary[Fabric, SourcePorts] = weakref.WeakKeyDictionary()
+
+
+def source_ports(fab: Fabric, scenario: Scenario) -> SourcePorts:
+    """The run's source ports (traffic.placement): drawn from the placement seed of its scenario and repeat."""
+    seed = scenario.placement.seed(scenario.seed, scenario.repeat_index)
+    fixed = fixed_client_ports(scenario.workload)
+    ports = _PORTS.get(fab)
+    if ports is None or ports.seed != seed:
+        ports = _PORTS[fab] = SourcePorts(seed, reserved=fixed)
+    else:
+        ports.reserve(fixed)
+    return ports
 
 
 def _link_events(record: RunRecord, scenario: Scenario, fab: Fabric) -> LinkFailures | None:

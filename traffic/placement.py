@@ -89,6 +89,15 @@ class SourcePorts:
             self.assigned += [(host, job, fl, p) for fl, p in zip(flows, ports, strict=True)]
         return ports
 
+    def reserve(self, more: Mapping[str, frozenset[int]]) -> None:
+        """Also keep these ports (host -> ports a later scenario fixes) out of the placed ones."""
+        with self._lock:
+            self.reserved = {
+                h: frozenset(self.reserved.get(h, ())) | more.get(h, frozenset()) for h in {*self.reserved, *more}
+            }
+            for h, ports in more.items():
+                self._busy(h).update(ports)
+
     def claim(self, host: str, job: str, flow: str, port: int) -> int:
         """List a port the scenario fixed (not chosen here); it must be in ``reserved`` or free on ``host``."""
         with self._lock:

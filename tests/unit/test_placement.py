@@ -294,3 +294,29 @@ def test_scapy_train_config_carries_its_placed_port(tmp_path: Path) -> None:
     from scapy.layers.l2 import Ether
 
     assert Ether(frames[0])[UDP].sport == cfg["sport"] and decode_frame(frames[0])["dport"] == 4791
+
+
+def test_runs_on_one_built_fabric_never_bind_a_port_twice() -> None:
+    """The lab CLI runs jobs on a fabric kept up: a job run again gets new ports (an earlier run's may be in
+    TIME_WAIT), while a fabric built for one point starts from the placement's own picks."""
+    from testbed.run import source_ports
+
+    class Fab:  # stands for a built Fabric: only its identity matters
+        pass
+
+    fab, point = Fab(), expand(SCENARIO).points[0]
+    first = source_ports(fab, point)  # type: ignore[arg-type]
+    p1 = first.sport("h0", "ar", "0->1/ch0")
+    again = source_ports(fab, point)  # type: ignore[arg-type]
+    assert again is first and again.sport("h0", "ar", "0->1/ch0") != p1
+    assert source_ports(Fab(), point).sport("h0", "ar", "0->1/ch0") == p1  # type: ignore[arg-type]
+    other_repeat = expand(SCENARIO).points[1]
+    assert source_ports(fab, other_repeat) is not first  # type: ignore[arg-type]
+
+
+def test_reserve_keeps_later_fixed_ports_out() -> None:
+    sp = SourcePorts(seed=4)
+    pick = SourcePorts(seed=4).sport("h0", "j", "f")
+    sp.reserve({"h0": frozenset({pick})})
+    assert sp.sport("h0", "j", "f") != pick
+    assert sp.claim("h0", "bg", "c0.s0", pick) == pick
