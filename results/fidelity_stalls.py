@@ -8,9 +8,9 @@ nobody can account for: each of those makes the run unfaithful, its reason namin
 step, flow, duration).
 
 ``slow_iterations``: per job with at least ``MIN_ITERATIONS`` measured iterations, an iteration longer than
-``slow_iter_factor`` x the job's median is explained by a stall over it (whatever its cause), a link event, a PFC
-pause, drops at any queue of the fabric, or another job's transfer that started during it; one that none explains
-makes the run unfaithful.
+``slow_iter_factor`` x the job's median is explained by a stall over it (whatever its cause), retransmissions on the
+job's own sockets during it (iterations.csv ``retrans``), a link event, a PFC pause, drops at any queue of the
+fabric, or another job's transfer that started during it; one that none explains makes the run unfaithful.
 """
 
 from __future__ import annotations
@@ -79,8 +79,11 @@ class _Causes:
         other = pd.concat([as_frame(tabs.flows), as_frame(tabs.fct)], ignore_index=True)
         self.starts = list(zip(column(other, "job"), numbers(other, "t_start")))
 
-    def of(self, job: str, a: float, b: float) -> list[str]:
+    def of(self, job: str, a: float, b: float, retrans: float, timeouts: float) -> list[str]:
         why = [f"{s.describe()} ({s.cause})" for s in self.stalls if s.t_start <= b and s.t_seen >= a]
+        if retrans > 0:
+            rto = f", {timeouts:.0f} timeouts" if timeouts > 0 else ""
+            why.append(f"its sockets retransmitted {retrans:.0f} segments{rto}")
         why += [f"link event {e} {lk}" for t, e, lk in self.events if a <= t <= b]
         if overlap(self.pauses, a, b) > 0:
             why.append("PFC pauses")
@@ -111,11 +114,13 @@ def check_slow_iterations(
             continue
         jobs += 1
         med = float(g["_d"].median())
-        for i, a, b, d in zip(g["iter"], numbers(g, "t_start"), numbers(g, "t_end"), g["_d"], strict=True):
+        lost = zip(numbers(g, "retrans").fillna(0), numbers(g, "timeouts").fillna(0), strict=True)
+        spans = zip(g["iter"], numbers(g, "t_start"), numbers(g, "t_end"), g["_d"], lost, strict=True)
+        for i, a, b, d, (retrans, timeouts) in spans:
             ratio = d / med if med > 0 else 0.0
             worst = max(worst, ratio)
             if ratio > factor:
-                why = causes.of(str(job), a, b)
+                why = causes.of(str(job), a, b, retrans, timeouts)
                 slow.append({"job": job, "iter": int(i), "seconds": round(float(d), 4), "median_s": round(med, 4),
                              "ratio": round(ratio, 2), "explained_by": why})  # fmt: skip
     if not jobs:

@@ -243,9 +243,12 @@ class Judge:
         times = np.concatenate([numbers(df, "t").to_numpy() for df in (queues, links, cpu)])
         self.sampler_gaps = _gaps(times, 2 * th.keyframe_s)
         cs = as_frame(tabs.cpu_stalls)
-        t, late = numbers(cs, "t").to_numpy(), numbers(cs, "stalled_s").to_numpy()
-        ok = ~np.isnan(t) & ~np.isnan(late)
-        self.cpu_stalls = np.column_stack((t[ok] - late[ok], t[ok]))
+        # a canary's wake-up due at t came late_s late, stalled_s of it not spent waiting to run: the CPU stopped
+        # for stalled_s before the wake-up at t + late_s
+        t, late, lost = (numbers(cs, c).to_numpy() for c in ("t", "late_s", "stalled_s"))
+        ok = ~np.isnan(t) & ~np.isnan(late) & ~np.isnan(lost)
+        woke = t[ok] + late[ok]
+        self.cpu_stalls = np.column_stack((woke - lost[ok], woke))
         le = as_frame(tabs.link_events)
         self.link_events = [
             (float(t), str(e), str(lk)) for t, e, lk in zip(numbers(le, "t"), column(le, "event"), column(le, "link"))

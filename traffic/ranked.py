@@ -199,10 +199,14 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
                     "t_start": rec["t_start"],
                     "t_end": 0.0,
                     "size": rec.get("size", size),
+                    "retrans": 0,
+                    "timeouts": 0,
                 }
                 it = iters.setdefault(rec["iter"], first)
                 it["t_start"] = min(it["t_start"], rec["t_start"])
                 it["t_end"] = max(it["t_end"], rec["t_end"])
+                for k in ("retrans", "timeouts"):  # every rank's sockets' count, unknown when one rank's is
+                    it[k] = None if it[k] is None or rec.get(k) is None else it[k] + rec[k]
                 seen[rec["iter"]] += 1
             elif t == "step" and cfg["kind"] == "pipeline":
                 mb, back = divmod(rec["step"], 2)
@@ -275,6 +279,8 @@ def parse_ranked(raw_dir: Path, job: str) -> Rows:
             "ideal_s": ideal[v["size"]][0],
             "busbw_factor": ideal[v["size"]][1],
             "compute_s": cfg.get("compute_s"),  # a trace or DDP step's compute alone
+            "retrans": v["retrans"],
+            "timeouts": v["timeouts"],
         }
         for i, v in sorted(iters.items())
         if seen[i] == len(names)  # an iteration some rank never finished is not one

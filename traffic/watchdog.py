@@ -214,6 +214,21 @@ class Watchdog:
     def write(self, out: IO[str]) -> None:
         out.writelines(_line(r) for r in self.drain())
 
+    def totals(self) -> tuple[int, int | None]:
+        """Segments every socket of the rank retransmitted, and its retransmission timeouts (None on a kernel
+        before 6.7), over the sockets' lives: the difference across an iteration is its loss."""
+        retrans = 0
+        rtos: int | None = 0
+        for sock in self.socks.values():
+            try:
+                raw = self.reader.tcp_raw(sock)
+            except OSError:
+                continue
+            retrans += tcp_field(raw, "total_retrans") or 0
+            rto = tcp_field(raw, "total_rto")
+            rtos = None if rto is None or rtos is None else rtos + rto
+        return retrans, rtos
+
     # --- one round ----------------------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         self.ticks += 1

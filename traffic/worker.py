@@ -11,11 +11,11 @@ a condition variable releases sends/computes whose dependencies are met. No per-
 A size sweep (``sizes`` in the config) runs warmup + iterations of each size in turn, iterations numbered on.
 
 Output: JSON lines in ``<out>``: ``step`` records (one per iteration, step, op, peer), ``iter`` records (per rank,
-with the size it moved), one ``flow`` record per connection this rank sent on (ports, bytes, first/last send) and
-one final ``cpu`` record (user+system seconds of this process, wall seconds). A watchdog thread
-(``traffic.watchdog``) adds ``stall`` and ``stall_end`` records for a flow that made no progress for two RTOs, and
-one ``watch`` record. Any error, a dead peer or a timeout ends the process with a non-zero exit and a message on
-stderr.
+with the size it moved, and the segments its sockets retransmitted and their timeouts during it), one ``flow``
+record per connection this rank sent on (ports, bytes, first/last send) and one final ``cpu`` record (user+system
+seconds of this process, wall seconds). A watchdog thread (``traffic.watchdog``) adds ``stall`` and ``stall_end``
+records for a flow that made no progress for two RTOs, and one ``watch`` record. Any error, a dead peer or a
+timeout ends the process with a non-zero exit and a message on stderr.
 """
 
 from __future__ import annotations
@@ -352,12 +352,14 @@ def main(argv: list[str]) -> int:
         per_size = cfg["warmup"] + cfg["iterations"]
         for it in range(per_size * len(progs)):
             prog, size = progs[it // per_size], sizes[it // per_size]
+            lost0 = watchdog.totals()  # the rank's sockets' retransmissions and timeouts so far
             go = barrier.wait()
             if gap > 0:
                 time.sleep(gap)
             t_start = time.time() if gap > 0 else go
             run = Iteration(prog, socks, sendbuf, go, progress, it)
             t_end = run.run(cfg["timeout"])
+            lost = [b - a if a is not None and b is not None else None for a, b in zip(lost0, watchdog.totals())]
             warm = it % per_size < cfg["warmup"]
             for _step, op, vpeer, ts, te, n in run.records:
                 if op == "send":
@@ -392,6 +394,8 @@ def main(argv: list[str]) -> int:
                         "t_end": t_end,
                         "bytes_sent": prog.bytes_sent(),
                         "size": cfg.get("wire_size", cfg.get("size")) if size is None else size,
+                        "retrans": lost[0],
+                        "timeouts": lost[1],
                     }
                 )
                 + "\n"

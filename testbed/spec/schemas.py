@@ -86,8 +86,10 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
             "ideal_s",
             "busbw_factor",
             "compute_s",
+            "retrans",
+            "timeouts",
         ),
-        "one row per collective iteration",
+        "one row per collective iteration; retrans and timeouts: what the job's sockets retransmitted during it",
     ),
     "steps": (("job", "iter", "rank", "step", "op", "peer", "t_start", "t_end", "bytes"), "collective steps per rank"),
     "flows": (

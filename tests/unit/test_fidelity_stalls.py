@@ -130,9 +130,11 @@ def test_a_short_sampler_gap_is_not_the_machine() -> None:
 
 
 def test_a_cpu_that_did_not_run_is_the_machines() -> None:
-    cs = [{"t": T1 - 0.01, "cpu": "1", "late_s": 4.2, "waited_s": 0.0, "stalled_s": 4.2}]
+    cs = [{"t": T0 + 0.1, "cpu": "1", "late_s": 4.2, "waited_s": 0.1, "stalled_s": 4.1}]  # due at T0 + 0.1
     (st,), _ = judged([stall()], cpu_stalls=cs)
-    assert st.cause == "machine-wide stall" and "a CPU did not run for" in st.evidence[0]
+    assert st.cause == "machine-wide stall" and st.evidence == ["a CPU did not run for 4.10 s of it (cpu_stalls.csv)"]
+    short = [{"t": T0 + 0.1, "cpu": "1", "late_s": 1.0, "waited_s": 0.9, "stalled_s": 0.1}]  # mostly contention
+    assert judged([stall()], cpu_stalls=short)[0][0].cause == "unexplained"
 
 
 def test_nothing_in_the_record_is_unexplained_and_not_faithful() -> None:
@@ -261,6 +263,13 @@ def test_drops_or_another_jobs_arrival_explain_a_slow_iteration() -> None:
     bg = [{"job": "bg", "flow_id": "bg", "t_start": T0 + 0.5}]
     other = check_slow_iterations(tables([], iterations=iterations(), fct=bg), queue_rows())
     assert other["ok"] is True and other["details"]["slow"][0]["explained_by"] == ["transfers of bg started"]
+
+
+def test_retransmissions_in_a_slow_iteration_explain_it() -> None:
+    rows = [dict(r, retrans=4, timeouts=1) if r["iter"] == 4 else dict(r, retrans=0, timeouts=0) for r in iterations()]
+    c = check_slow_iterations(tables([], iterations=rows), queue_rows())
+    assert c["ok"] is True
+    assert c["details"]["slow"][0]["explained_by"] == ["its sockets retransmitted 4 segments, 1 timeouts"]
 
 
 def test_iterations_near_the_median_pass_and_too_few_are_not_judged() -> None:

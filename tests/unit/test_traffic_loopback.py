@@ -63,6 +63,7 @@ def test_collectives_on_loopback(tmp_path: Path, kind: str, algo: str) -> None:
         s["bytes"] for s in t["steps"] if s["op"] == "recv"
     )
     assert t["stalls"] == []  # the watchdog watched and nothing stalled
+    assert all(r["retrans"] is not None for r in t["iterations"])
 
 
 def test_a_rank_held_still_is_a_stall_its_peer_records(tmp_path: Path) -> None:

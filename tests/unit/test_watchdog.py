@@ -167,6 +167,13 @@ def test_an_idle_socket_is_not_a_stall() -> None:
     assert wd.drain() == []
 
 
+def test_totals_sum_every_sockets_retransmissions_and_timeouts() -> None:
+    wd, _, reader = watchdog(sends={1}, recvs={2})
+    reader.tcp["sock1"] = {"total_retrans": 5, "total_rto": 2}
+    reader.tcp["sock2"] = {"total_retrans": 1}
+    assert wd.totals() == (6, 2)
+
+
 def test_the_thread_writes_its_summary_and_survives_a_closed_socket(tmp_path: Path) -> None:
     a, b = socket.socketpair()  # not TCP: TCP_INFO fails with OSError, which the watchdog skips
     progress = Progress()
@@ -251,8 +258,9 @@ def _raw_job(tmp_path: Path, with_watch: bool) -> Path:
            "size": 1000, "wire_size": 1000, "payload_Bps": 1e6, "iterations": 1, "warmup": 0}  # fmt: skip
     (tmp_path / "ar.config.json").write_text(json.dumps(cfg))
     for r in range(2):
+        lost = {"retrans": 3 * r, "timeouts": r} if with_watch else {}  # older workers wrote neither
         recs: list[dict[str, Any]] = [
-            {"type": "iter", "iter": 0, "warmup": False, "rank": r, "t_start": 1.0, "t_end": 2.0, "size": 1000}
+            {"type": "iter", "iter": 0, "warmup": False, "rank": r, "t_start": 1.0, "t_end": 2.0, "size": 1000, **lost}
         ]
         if with_watch:
             recs.append({"type": "watch", "rank": r, "ticks": 20, "cpu_s": 0.001})
@@ -265,6 +273,8 @@ def _raw_job(tmp_path: Path, with_watch: bool) -> Path:
 def test_parse_gives_stalls_only_where_the_workers_watched(tmp_path: Path) -> None:
     old = parse_ranked(_raw_job(tmp_path / "old", False), "ar")
     assert "stalls" not in old  # raw files from before the watchdog: no table, not an empty one
+    assert (old["iterations"][0]["retrans"], old["iterations"][0]["timeouts"]) == (None, None)
     new = parse_ranked(_raw_job(tmp_path / "new", True), "ar")
+    assert (new["iterations"][0]["retrans"], new["iterations"][0]["timeouts"]) == (3, 1)  # summed over ranks
     (row,) = new["stalls"]
     assert (row["rank"], row["peer"], row["flow_id"], row["duration_s"]) == ("h1", "h0", "ar.r0.p1", 0.7)
