@@ -11,17 +11,19 @@ in the order they are chosen:
    the stall to its end). The experiment's congestion made it.
 4. ``machine-wide stall``: the sampler wrote no row (queues.csv, links.csv, cpu.csv) for at least
    ``stall_gap_share`` of the stall, or a CPU did not run (cpu_stalls.csv) for that long: the machine stopped.
-5. ``receiver did not read``: the receiving socket held unread bytes (``queued_bytes`` of a receive), or the sender
+5. ``worker waited on memory``: the stalled worker took major page faults during the stall (a page it touched
+   had to be read in), or the machine did (the watchdog's ``Proc.majflt`` and ``Vm.pgmajfault``).
+6. ``receiver did not read``: the receiving socket held unread bytes (``queued_bytes`` of a receive), or the sender
    saw a window with no room for a segment, or sent window probes: the data was there and the worker did not take
    it.
-6. ``drops and RTO``: the sender's TCP_INFO shows timeouts, lost or retransmitted segments during the stall, the
+7. ``drops and RTO``: the sender's TCP_INFO shows timeouts, lost or retransmitted segments during the stall, the
    receiver got packets out of order, or the sending host's netstat counted retransmission timeouts in the run
    (the weakest sign: it is the whole run's).
-7. ``queue held packets``: a port of the flow's path held packets and sent less than a frame over the stall: the
+8. ``queue held packets``: a port of the flow's path held packets and sent less than a frame over the stall: the
    emulated link stopped.
-8. ``machine-wide stall``: flows that share no host stalled too and resumed within two watchdog ticks of this one,
+9. ``machine-wide stall``: flows that share no host stalled too and resumed within two watchdog ticks of this one,
    none of them with a sign of loss.
-9. otherwise ``unexplained``.
+10. otherwise ``unexplained``.
 
 The flow's path is its flows.csv ``path``; without one, the ports it may cross in a leaf-spine fabric.
 """
@@ -218,6 +220,20 @@ def _tcp_loss(st: Stall) -> list[str]:
     return out
 
 
+def _faults(st: Stall) -> list[str]:
+    """Major page faults while the flow stalled: the stalled worker's own (``Proc.majflt``), or the machine's
+    (``Vm.pgmajfault``), from the watchdog's counters."""
+    out = []
+    for r in st.rows:
+        changed = dict(kv.split("=", 1) for kv in str(r.get("counters_during") or "").split() if "=" in kv)
+        mine, machine = _f(changed.get("Proc.majflt")), _f(changed.get("Vm.pgmajfault"))
+        if mine > 0:
+            out.append(f"{r['rank']} ({r['side']}) took {mine:.0f} major page faults during the stall")
+        elif machine > 0:
+            out.append(f"the machine took {machine:.0f} major page faults during {r['rank']}'s stall")
+    return out
+
+
 def _not_read(st: Stall) -> list[str]:
     out = []
     for r in st.rows:
@@ -295,6 +311,7 @@ class Judge:
             ("pfc pause", paused),
             ("drops and RTO", [f"{n}:{d}{where} dropped {v:.0f} packets" for (n, d), v in drops if v > 0]),
             ("machine-wide stall", machine),
+            ("worker waited on memory", _faults(st)),
             ("receiver did not read", _not_read(st)),
             ("drops and RTO", lossy),
             ("queue held packets", held),

@@ -44,6 +44,8 @@ TCP_COLUMNS = (
 )
 # the namespace's counters worth a column when they moved during a stall (all moved counters stay in raw/)
 STALL_COUNTERS = (
+    "Proc.majflt",
+    "Vm.pgmajfault",
     "Tcp.RetransSegs",
     "TcpExt.TCPTimeouts",
     "TcpExt.TCPLossProbes",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import resource
 import struct
 import termios
 import threading
@@ -100,13 +101,25 @@ class KernelReader:
         return _ioctl_int(sock, SIOCOUTQ)
 
     def counters(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+        """This namespace's TCP counters, and the page faults that stop a process without a CPU stall: this
+        worker's own major faults (a page it touched had to be read in) and the machine's."""
+        out: dict[str, int] = {"Proc.majflt": resource.getrusage(resource.RUSAGE_SELF).ru_majflt}
         try:
             for name in ("netstat", "snmp"):
                 out.update(parse_counters(Path(f"/proc/self/net/{name}").read_text()))
+            out.update(vm_faults(Path("/proc/vmstat").read_text()))
         except (OSError, ValueError):
-            return {}
+            return out
         return out
+
+
+def vm_faults(vmstat: str) -> dict[str, int]:
+    """The machine's major page faults from /proc/vmstat's text, as ``Vm.pgmajfault``."""
+    for line in vmstat.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "pgmajfault":
+            return {"Vm.pgmajfault": int(value)}
+    return {}
 
 
 @dataclass

@@ -110,6 +110,18 @@ def test_unread_bytes_in_the_receiving_socket_are_the_receivers() -> None:
     assert "receiver did not read" in c["reason"] and "l1h2 held 200000 unread bytes" in c["reason"]
 
 
+def test_major_page_faults_of_the_stalled_worker_are_memory_not_the_receiver() -> None:
+    (st,), c = judged([stall(queued_bytes=200_000, counters_during="Proc.majflt=3 Vm.pgmajfault=40")])
+    assert st.cause == "worker waited on memory" and c["ok"] is False
+    assert "l1h2 (recv) took 3 major page faults during the stall" in st.evidence
+
+
+def test_the_machines_page_faults_alone_are_named_too() -> None:
+    (st,), _ = judged([stall(counters_during="Vm.pgmajfault=12")])
+    assert st.cause == "worker waited on memory"
+    assert st.evidence == ["the machine took 12 major page faults during l1h2's stall"]
+
+
 def test_a_closed_window_at_the_sender_is_the_receivers() -> None:
     row = stall(side="send", rank="l1h1", peer="l1h2", snd_wnd=4096, queued_bytes=300_000)
     (st,), _ = judged([row])

@@ -278,3 +278,10 @@ def test_parse_gives_stalls_only_where_the_workers_watched(tmp_path: Path) -> No
     assert (new["iterations"][0]["retrans"], new["iterations"][0]["timeouts"]) == (3, 1)  # summed over ranks
     (row,) = new["stalls"]
     assert (row["rank"], row["peer"], row["flow_id"], row["duration_s"]) == ("h1", "h0", "ar.r0.p1", 0.7)
+
+
+def test_the_machines_major_faults_are_read_from_vmstat() -> None:
+    from traffic.watchdog import vm_faults
+
+    assert vm_faults("pgfault 100\npgmajfault 7\npgrefill 0\n") == {"Vm.pgmajfault": 7}
+    assert vm_faults("pgfault 100\n") == {}
