@@ -275,7 +275,8 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
 
 @pytest.fixture
 def judged(experiment: Callable[..., Experiment]) -> Callable[..., Experiment]:
-    """``judged("ps_incast", judge, REVERSED_OVERRIDES)``: run the scenario, then ``judge(exp)`` (its asserts).
+    """``judged("ps_incast", judge, REVERSED_OVERRIDES)``: run the scenario, then ``judge(exp)`` (its asserts);
+    keyword arguments are overrides by key path, as ``experiment`` takes them (``repeat=1``).
 
     ``REVERSED_OVERRIDES`` is the test module's mapping scenario name -> the overrides that undo the setting under
     study. With ``TESTBED_REVERSED=1`` (``scenario_helpers.REVERSED``, the test of the test) the scenario runs with
@@ -283,10 +284,10 @@ def judged(experiment: Callable[..., Experiment]) -> Callable[..., Experiment]:
     from scenario_helpers import REVERSED
 
     def run(
-        name: str, judge: Callable[[Experiment], None], reversed_overrides: dict[str, dict[str, Any]]
+        name: str, judge: Callable[[Experiment], None], reversed_overrides: dict[str, dict[str, Any]], **overrides: Any
     ) -> Experiment:
         undo = reversed_overrides[name]  # also without REVERSED: every judged scenario names its reversed setting
-        exp = experiment(name, **(undo if REVERSED else {}))
+        exp = experiment(name, **{**overrides, **(undo if REVERSED else {})})
         judge(exp)
         return exp
 

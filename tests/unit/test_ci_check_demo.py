@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from testbed.spec.scenario import load_scenario_file
+
 REPO = Path(__file__).resolve().parents[2]
 PY = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 SCRIPT = REPO / ".ci" / "check_demo.py"
@@ -31,10 +33,15 @@ def record(out: Path, name: str, status: str = "complete", faithful: bool | None
     (d / "manifest.json").write_text(json.dumps({"run_id": name, "status": status, "fidelity": fidelity, **extra}))
 
 
+POINTS = len(load_scenario_file(REPO / "scenarios" / "default.yaml").points)  # every variant and repeat
+
+
 def demo_output(out: Path) -> Path:
-    """What a good demo leaves: the default scenario's 2 points and the report; returns its captured stdout."""
+    """What a good demo leaves: a record per point of the default scenario and the report; returns its stdout."""
     record(out, "20261201T000000Z-default-ecn-off")
     record(out, "20261201T000100Z-default-ecn-step-k30KB")
+    for i in range(2, POINTS):
+        record(out, f"20261201T0002{i:02d}Z-default-r{i}")
     report = out / "reports" / "20261201T000000Z-default-ecn-off" / "report.html"
     report.parent.mkdir(parents=True)
     report.write_text("<html></html>")
@@ -81,7 +88,7 @@ def test_a_superseded_unfaithful_take_is_not_judged(tmp_path: Path) -> None:
         (lambda out: record(out, "20261201T000200Z-default-x", status="failed", error="Boom"), "status failed"),
         (lambda out: record(out, "20261201T000200Z-default-x", faithful=None), "no fidelity verdict"),
         (lambda out: (out / "reports" / "20261201T000000Z-default-ecn-off" / "report.html").unlink(), "report"),
-        (lambda out: (out / "20261201T000100Z-default-ecn-step-k30KB" / "manifest.json").unlink(), "2 points"),
+        (lambda out: (out / "20261201T000100Z-default-ecn-step-k30KB" / "manifest.json").unlink(), f"{POINTS} points"),
         (lambda out: (out / "demo-output.log").write_text("complete ...\n"), "'HTML report: PATH' lines"),
     ],
     ids=["unfaithful", "failed", "no-verdict", "no-report", "a-point-missing", "no-report-line"],
