@@ -17,7 +17,7 @@ fi
 APT_PACKAGES=(
   mininet bridge-utils iputils-ping iproute2 ethtool nftables procps psmisc kmod
   iperf3 tcpdump iperf telnet
-  python3 python3-pyroute2 python3-scapy python3-matplotlib python3-numpy python3-pandas python3-yaml python3-pytest python3-hypothesis python3-pexpect
+  python3 python3-pyroute2 python3-scapy python3-matplotlib python3-numpy python3-pandas python3-yaml python3-pytest python3-hypothesis python3-pexpect python3-scipy
   python3-venv python3-pip python3-distributed openssl
   clang llvm libbpf-dev bpftool
 )

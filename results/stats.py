@@ -1,10 +1,6 @@
-"""Small statistics on numpy arrays: percentiles, mean with a t-distribution confidence interval, Jain's index, and
-the rule for which percentiles a sample of n values supports (``supported_quantile``).
+"""Small statistics on numpy arrays: percentiles, mean with a t-distribution confidence interval, Jain's index.
 
-scipy is not installed here, so the two-sided 95% Student t quantiles come from a table (values from any
-statistics textbook, to 3 decimals); between tabulated degrees of freedom the next smaller one is used, which
-only widens the interval.
-"""
+Student t quantiles come from scipy (Debian's python3-scipy)."""
 
 from __future__ import annotations
 
@@ -13,54 +9,14 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 import numpy as np
-
-# two-sided 95% (upper 0.975 quantile) of Student's t by degrees of freedom
-_T975 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    11: 2.201,
-    12: 2.179,
-    13: 2.160,
-    14: 2.145,
-    15: 2.131,
-    16: 2.120,
-    17: 2.110,
-    18: 2.101,
-    19: 2.093,
-    20: 2.086,
-    21: 2.080,
-    22: 2.074,
-    23: 2.069,
-    24: 2.064,
-    25: 2.060,
-    26: 2.056,
-    27: 2.052,
-    28: 2.048,
-    29: 2.045,
-    30: 2.042,
-    40: 2.021,
-    60: 2.000,
-    120: 1.980,
-}
-_Z975 = 1.960
+from scipy import stats
 
 
 def t_quantile_975(df: int) -> float:
+    """Student t's upper 0.975 quantile: the two-sided 95% interval's factor for ``df`` degrees of freedom."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df in _T975:
-        return _T975[df]
-    if df > 120:
-        return _Z975
-    return _T975[max(k for k in _T975 if k <= df)]
+    return float(stats.t.ppf(0.975, df))
 
 
 def mean_ci(values: Iterable[float]) -> tuple[float, float | None, int]:

@@ -111,14 +111,18 @@ def versus(cmp: Comparison) -> list[Versus]:
     for row in cmp.rows:
         if row is base or row.status != "complete":
             continue
-        for h in HEADLINES:
-            found = next(((k, w) for k, w in h.options if _has(base, k) and _has(row, k)), None)
-            if found is None:
-                continue
-            key, what = found
-            claim = compare_values(key, row.variant, values(row, key), base.variant, values(base, key))
+        found = [(h, hit) for h in HEADLINES if (hit := _option(h, base, row)) is not None]
+        for h, (key, what) in found:  # the metrics compared between these two rows are one family
+            claim = compare_values(
+                key, row.variant, values(row, key), base.variant, values(base, key), family=len(found)
+            )
             out.append(Versus(claim, what, h.unit, h.lower_better))
     return out
+
+
+def _option(h: Headline, base: Row, row: Row) -> tuple[str, str] | None:
+    """The first of a headline's summary keys that both rows have, with its name."""
+    return next(((k, w) for k, w in h.options if _has(base, k) and _has(row, k)), None)
 
 
 def _observed(v: Versus) -> str:
@@ -160,7 +164,7 @@ def sentences(items: list[Versus]) -> list[str]:
     return out
 
 
-HEADERS = ["variant", "metric", "mean", "baseline", "diff", "95% CI", "change", "n", "method", "verdict"]
+HEADERS = ["variant", "metric", "mean", "baseline", "diff", "95% CI (simultaneous)", "change", "n", "method", "verdict"]
 
 
 def _signed(value: float, unit: str) -> str:
@@ -198,9 +202,10 @@ def cells(items: list[Versus]) -> list[list[str]]:
 
 
 NOTE = (
-    "diff = variant - baseline; the 95% interval is a paired t interval over the runs of the same repeat (same flow "
+    "diff = variant - baseline; the interval is a paired t interval over the runs of the same repeat (same flow "
     f"placement), or a bootstrap of the difference of means ({RESAMPLES} resamples, seed {SEED}) where runs cannot be "
-    "paired; "
+    "paired; the intervals of one variant's metrics hold together at 95% (Bonferroni: each at 1 - 0.05/m for m "
+    "metrics), so a reading names a false winner on any of them at most 5% of the time; "
     "a winner is named only where the interval excludes 0, never from one run per variant."
 )
 

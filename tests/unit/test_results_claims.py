@@ -40,15 +40,15 @@ def _count(v: float) -> str:
 
 
 def test_paired_t_interval_known_answer() -> None:
-    # differences 1, 2, 3, 4 (in any order of the runs): mean 2.5, s = 1.29099, t(0.975, 3) = 3.182
+    # differences 1, 2, 3, 4 (in any order of the runs): mean 2.5, s = 1.29099, t(0.975, 3) = 3.18245
     a = [(2, 14.0), (0, 10.0), (3, 16.0), (1, 12.0)]
     b = [(0, 9.0), (1, 10.0), (2, 11.0), (3, 12.0)]
     c = compare_values("m", "A", a, "B", b)
-    half = 3.182 * math.sqrt(5 / 3) / 2
+    half = 3.182446 * math.sqrt(5 / 3) / 2
     assert c.method == PAIRED and c.n == 4 and c.verdict == HIGHER
     assert c.diff == pytest.approx(2.5)
     assert (c.lo, c.hi) == (pytest.approx(2.5 - half), pytest.approx(2.5 + half))
-    assert (c.lo, c.hi) == (pytest.approx(0.44603, abs=1e-5), pytest.approx(4.55397, abs=1e-5))
+    assert (c.lo, c.hi) == (pytest.approx(0.44574, abs=1e-5), pytest.approx(4.55426, abs=1e-5))
     assert c.mean_a == pytest.approx(13.0) and c.mean_b == pytest.approx(10.5)
     assert c.relative == pytest.approx(2.5 / 10.5)
 
@@ -57,7 +57,7 @@ def test_no_drops_against_forty_over_three_repeats_is_a_win_with_its_wording() -
     ecn = [(0, 0.0), (1, 0.0), (2, 0.0)]
     droptail = [(0, 35.0), (1, 40.0), (2, 45.0)]
     c = compare_values("drops_total", "ecn", ecn, "drop-tail", droptail)
-    half = 4.303 * 5 / math.sqrt(3)  # s of the differences = 5
+    half = 4.30265 * 5 / math.sqrt(3)  # s of the differences = 5, t(0.975, 2) = 4.30265
     assert c.verdict == LOWER and c.winner
     assert (c.diff, c.lo, c.hi) == (pytest.approx(-40), pytest.approx(-40 - half), pytest.approx(-40 + half))
     assert wording(c, "drops", _count) == (
@@ -172,7 +172,11 @@ def test_reading_names_ecn_the_winner_on_drops_over_three_paired_repeats() -> No
     assert [r.variant for r in cmp.rows] == ["A-droptail", "B-ecn"]
     text = reading(cmp, notes=["The compared variants shared their flow placement in every repeat."])
     assert "Against the baseline A-droptail" in text
-    assert "B-ecn lower than A-droptail on drops by 40 or 100% (95% CI [27.6, 52.4], n = 3, paired)." in text
+    # four metrics compared at once: each interval at 1 - 0.05/4, t(0.99375, 2) = 8.860, half-width 25.6
+    assert (
+        "B-ecn lower than A-droptail on drops by 40 or 100% (95% CI [14.4, 65.6], simultaneous over 4 metrics, "
+        "n = 3, paired)." in text
+    )
     assert "B-ecn lower than A-droptail on FCT p99 by 35 ms" in text
     assert "on collective iteration p50" in text and "iteration p99" not in text  # p99 null: p50 stands in
     assert "B-ecn vs A-droptail: no difference detected on aggregate goodput at n = 3" in text
@@ -180,7 +184,7 @@ def test_reading_names_ecn_the_winner_on_drops_over_three_paired_repeats() -> No
     assert text.index("paired).") < text.index("shared their flow placement") < text.index("Drops (mean per run)")
     lines = versus.cells(versus.versus(cmp))
     drops = next(line for line in lines if line[1] == "drops")
-    assert drops[:8] == ["B-ecn", "drops", "0", "40", "-40", "[-52.4, -27.6]", "-100%", "3"]
+    assert drops[:8] == ["B-ecn", "drops", "0", "40", "-40", "[-65.6, -14.4]", "-100%", "3"]
     assert drops[8:] == [PAIRED, "lower (better)"]
 
 
@@ -203,7 +207,7 @@ def test_a_metric_with_one_run_on_a_side_names_no_winner_there_alone() -> None:
     text = reading(compare(runs, sums))
     assert "B lower than A on drops" not in text and "B higher than A on drops by 33 or" not in text
     assert "B higher than A on drops by 33 (95% CI" in text  # the baseline's 0 drops: no percentage
-    assert "B vs A from 3 and 1 runs: FCT p99 55 ms vs 20 ms (the spread seen would need about 3 repeats per " \
+    assert "B vs A from 3 and 1 runs: FCT p99 55 ms vs 20 ms (the spread seen would need about 4 repeats per " \
         "variant to tell); no winner named from one run of A." in text  # fmt: skip
     assert "B is worse than A on collective iteration p50 and drops." in text
 
@@ -243,3 +247,35 @@ def test_bad_labels_are_refused_naming_the_key(label: Any, reason: str) -> None:
     with pytest.raises(SpecError) as err:
         expand({**data, "label": label})
     assert err.value.path == "label" and reason in err.value.reason
+
+
+def test_a_family_of_claims_widens_each_interval_to_hold_together() -> None:
+    # differences 1..4 again: alone the interval is t(0.975, 3) wide; one of five, t(0.995, 3) = 5.84091
+    a = [(0, 10.0), (1, 12.0), (2, 14.0), (3, 16.0)]
+    b = [(0, 9.0), (1, 10.0), (2, 11.0), (3, 12.0)]
+    alone, five = compare_values("m", "A", a, "B", b), compare_values("m", "A", a, "B", b, family=5)
+    assert alone.level == pytest.approx(0.95) and five.level == pytest.approx(0.99)
+    half = 5.84091 * math.sqrt(5 / 3) / 2
+    assert (five.lo, five.hi) == (pytest.approx(2.5 - half, abs=1e-4), pytest.approx(2.5 + half, abs=1e-4))
+    assert five.verdict == NO_DIFFERENCE and alone.verdict == HIGHER  # 2.5 +- 3.77 holds 0; +- 2.05 does not
+    assert ", simultaneous over 5 metrics" in wording(five, "m", _count)
+    assert "simultaneous" not in wording(alone, "m", _count)
+
+
+def test_aa_runs_over_many_seeds_name_a_false_winner_at_most_five_percent_of_the_time() -> None:
+    # five independent metrics that do not differ, five paired repeats: a family of five must name a false winner
+    # in at most 5% of readings (Bonferroni), where five separate 95% intervals would in about 23%
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    readings, false_family, false_alone = 2000, 0, 0
+    for _ in range(readings):
+        claims = []
+        for m in range(5):
+            x, y = rng.normal(size=5), rng.normal(size=5)
+            va, vb = list(enumerate(map(float, x))), list(enumerate(map(float, y)))
+            claims.append((compare_values(f"m{m}", "A", va, "B", vb, family=5), compare_values("m", "A", va, "B", vb)))
+        false_family += any(f.winner for f, _ in claims)
+        false_alone += any(a.winner for _, a in claims)
+    assert false_family / readings <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / readings)
+    assert false_alone / readings > 0.15  # the problem the family solves

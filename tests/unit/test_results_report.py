@@ -80,7 +80,10 @@ def test_html_self_contained(cmp, plots) -> None:  # type: ignore[no-untyped-def
 def test_reading_claims_against_the_baseline_with_n_and_interval(cmp) -> None:  # type: ignore[no-untyped-def]
     text = reading(cmp)
     assert "Against the baseline buffer=50KB" in text
-    assert "buffer=200KB lower than buffer=50KB on drops by 75.7 or 80% (95% CI [59.5, 91.8], n = 3, paired)." in text
+    assert (
+        "buffer=200KB lower than buffer=50KB on drops by 75.7 or 80% (95% CI [38.4, 113], simultaneous over 5 metrics, "
+        "n = 3, paired)." in text
+    )
     claims = re.findall(r"buffer=200KB (?:lower|higher) than buffer=50KB on [^(]+\(95% CI [^)]+\)", text)
     claims += re.findall(r"buffer=200KB vs buffer=50KB: no difference detected on .+? at n = \d+ \([^)]+\)", text)
     assert len(claims) >= 3 and all("n = 3" in c and "paired" in c for c in claims), claims  # repeats 0-2 pair up
