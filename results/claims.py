@@ -8,20 +8,23 @@ the means, on a fixed seed so that a report is the same every time it is written
 either side no interval exists: no winner is named, and the claim says how many repeats the spread seen would need.
 
 A reading makes several claims at once (one per headline metric), and at 95% each, five metrics that do not
-differ would name a false winner on at least one about a fifth of the time. So a claim is one of a family of ``m``
-(the metrics compared between the same two variants), and its interval is a Bonferroni simultaneous one: each at
-level 1 - 0.05 / m, so that the chance of any false winner in the family stays at or under 5%. With ``m = 1`` it is
-the plain 95% interval.
+differ would name a false winner on at least one about a fifth of the time. So the claims between the same two
+variants are one family of ``m``, and a direction is named only where Holm's step-down procedure keeps it: the
+claims' p-values (the paired t test's, or the bootstrap's two-sided share of resampled differences across 0) are
+adjusted (``holm``), and a claim names a winner only when its adjusted p is at most 0.05. The chance of any false
+winner in the family stays at or under 5%, with more power than Bonferroni's. The interval shown is each claim's
+own 95% interval; with ``m = 1`` the adjusted p is the p.
 
 Differences are always variant minus baseline (``a - b``), in the summary's SI units. The wording (``wording``)
 turns a claim into one sentence:
 
-- "A lower than B on M by X or P% (95% CI [lo, hi] u, simultaneous over m metrics, n = N, paired)": the interval
-  excludes 0 (", simultaneous over m metrics" only when m > 1). The interval is of
+- "A lower than B on M by X or P% (95% CI [lo, hi] u, n = N, paired; Holm p = 0.012 over m metrics)": the adjusted
+  p is at most 0.05 (so the interval excludes 0); "; Holm p ..." only when m > 1, else "; p = ...". The interval is of
   the amount lower (``b - a``) or higher (``a - b``), so that it reads beside X.
-- "A vs B: no difference detected on M at n = N (95% CI [lo, hi] u, paired)": the interval (of ``a - b``) holds 0.
+- "A vs B: no difference detected on M at n = N (95% CI [lo, hi] u, paired; Holm p = 0.21 over m metrics)": the
+  adjusted p is over 0.05 (the interval, of ``a - b``, may then exclude 0 when m > 1: the family holds it back).
 - "A vs B on M: x vs y from 1 and 1 run(s); no winner named from one run per variant. ...": how many repeats per
-  variant would tell the observed difference apart, n the smallest with t(1 - 0.025 / m, n-1) * s / sqrt(n) < |a - b|,
+  variant would tell the observed difference apart, n the smallest with t(0.975, n-1) * s / sqrt(n) < |a - b|,
   where s is the standard deviation of a difference of two runs, sqrt(2) times the pooled spread of the runs within
   each variant that has two or more (independent runs; pairing by placement can only narrow it). With no variant
   of two runs there is no spread to go by: at least 3 repeats per variant are needed to tell.
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -61,7 +64,7 @@ class Claim:
     """Variant ``a`` against baseline ``b`` on ``metric``; every number in the summary's SI units.
 
     ``diff`` is mean(a) - mean(b) (the mean per-repeat difference when paired), ``lo``/``hi`` its interval, one of
-    ``family`` simultaneous ones (95% together);
+    ``family`` claims made together; ``p`` its own p-value, ``p_adjusted`` Holm's over the family;
     ``n`` the pairs (paired t) or the smaller side's runs; ``n_a``/``n_b`` each side's runs with a value;
     ``relative`` diff / |mean(b)| (None when mean(b) is 0); ``spread`` and ``needed``: the standard deviation of a
     two-run difference and the repeats per variant it would need (one-run claims only).
@@ -86,11 +89,8 @@ class Claim:
     needed: int | None = None
     reason: str | None = None
     family: int = 1
-
-    @property
-    def level(self) -> float:
-        """Each interval's own confidence level: 1 - 0.05 / family (Bonferroni), 0.95 for a family of one."""
-        return confidence(self.family)
+    p: float | None = None
+    p_adjusted: float | None = None
 
     @property
     def winner(self) -> bool:
@@ -118,27 +118,22 @@ def _pairs(a: Sequence[Value], b: Sequence[Value]) -> list[tuple[float, float]] 
     return out
 
 
-def confidence(family: int = 1) -> float:
-    """The level of each of ``family`` simultaneous intervals that hold together at 1 - ALPHA (Bonferroni)."""
-    if family < 1:
-        raise ValueError(f"a family has at least one claim, got {family}")
-    return 1.0 - ALPHA / family
+def t_quantile(df: int) -> float:
+    """Student t's two-sided 95% quantile (t(0.975, df): 2.776 for df 4)."""
+    return float(stats.t.ppf(1.0 - ALPHA / 2.0, df))
 
 
-def t_quantile(df: int, family: int = 1) -> float:
-    """Student t's two-sided quantile for one of ``family`` simultaneous intervals (2.776 for df 4 alone)."""
-    return float(stats.t.ppf(1.0 - (1.0 - confidence(family)) / 2.0, df))
-
-
-def paired_interval(pairs: Sequence[tuple[float, float]], family: int = 1) -> tuple[float, float, float]:
-    """Mean of the differences a - b and its Student t interval, one of ``family`` simultaneous ones (at least
-    two pairs)."""
+def paired_interval(pairs: Sequence[tuple[float, float]]) -> tuple[float, float, float, float]:
+    """Mean of the differences a - b, its 95% Student t interval, and the paired t test's two-sided p (at least
+    two pairs; p is 0 when every difference is the same and not 0, 1 when all are 0)."""
     d = np.asarray([x - y for x, y in pairs], dtype=float)
     if d.size < 2:
         raise ValueError("a paired interval needs at least two pairs")
-    mean = float(d.mean())
-    half = t_quantile(d.size - 1, family) * float(d.std(ddof=1)) / math.sqrt(d.size)
-    return mean, mean - half, mean + half
+    mean, se = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(d.size)
+    half = t_quantile(d.size - 1) * se
+    if se == 0:
+        return mean, mean, mean, 1.0 if mean == 0 else 0.0
+    return mean, mean - half, mean + half, float(2.0 * stats.t.sf(abs(mean) / se, d.size - 1))
 
 
 def bootstrap_interval(
@@ -146,27 +141,28 @@ def bootstrap_interval(
     b: Sequence[float] | np.ndarray,
     resamples: int = RESAMPLES,
     seed: int = SEED,
-    family: int = 1,
-) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and the central ``confidence(family)`` share of that difference over ``resamples``
-    resamples (2.5th to 97.5th percentile for a family of one), each side drawn with replacement on its own (numpy's
-    default generator on ``seed``: reproducible)."""
+) -> tuple[float, float, float, float]:
+    """mean(a) - mean(b), the 2.5th and 97.5th percentiles of that difference over ``resamples`` resamples, each
+    side drawn with replacement on its own (numpy's default generator on ``seed``: reproducible), and the two-sided
+    share of resampled differences on the far side of 0 (twice the smaller tail, at least 1 / resamples)."""
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     rng = np.random.default_rng(seed)
     ma = xa[rng.integers(0, xa.size, size=(resamples, xa.size))].mean(axis=1)
     mb = xb[rng.integers(0, xb.size, size=(resamples, xb.size))].mean(axis=1)
-    tail = 100.0 * (1.0 - confidence(family)) / 2.0
-    lo, hi = np.percentile(ma - mb, [tail, 100.0 - tail])
-    return float(xa.mean() - xb.mean()), float(lo), float(hi)
+    d = ma - mb
+    lo, hi = np.percentile(d, [100.0 * ALPHA / 2.0, 100.0 * (1.0 - ALPHA / 2.0)])
+    tail = min(float((d <= 0).mean()), float((d >= 0).mean()))
+    p = min(1.0, max(2.0 * tail, 1.0 / resamples))
+    return float(xa.mean() - xb.mean()), float(lo), float(hi), p
 
 
-def repeats_needed(diff: float, spread: float, cap: int = MAX_REPEATS, family: int = 1) -> int | None:
-    """The smallest n >= 2 with t(1 - 0.025 / family, n-1) * spread / sqrt(n) < |diff|; None when no n up to
-    ``cap`` does (a difference of 0 never does)."""
+def repeats_needed(diff: float, spread: float, cap: int = MAX_REPEATS) -> int | None:
+    """The smallest n >= 2 with t(0.975, n-1) * spread / sqrt(n) < |diff|; None when no n up to ``cap`` does
+    (a difference of 0 never does)."""
     if diff == 0:
         return None
     for n in range(2, cap + 1):
-        if t_quantile(n - 1, family) * spread / math.sqrt(n) < abs(diff):
+        if t_quantile(n - 1) * spread / math.sqrt(n) < abs(diff):
             return n
     return None
 
@@ -180,10 +176,11 @@ def difference_spread(*sides: np.ndarray) -> float | None:
     return math.sqrt(2.0 * pooled)
 
 
-def _verdict(lo: float, hi: float) -> str:
-    if lo > 0:
+def _verdict(lo: float, hi: float, p: float) -> str:
+    """A direction where the (adjusted) p is at most ALPHA and the interval agrees, else no difference."""
+    if p <= ALPHA and lo > 0:
         return HIGHER
-    if hi < 0:
+    if p <= ALPHA and hi < 0:
         return LOWER
     return NO_DIFFERENCE
 
@@ -196,38 +193,51 @@ def compare_values(
     b_values: Sequence[Value],
     resamples: int = RESAMPLES,
     seed: int = SEED,
-    family: int = 1,
 ) -> Claim:
-    """Variant ``a`` against baseline ``b`` on ``metric`` from each run's (repeat_index, value), as one claim of
-    ``family`` made together (the interval is a simultaneous one)."""
+    """Variant ``a`` against baseline ``b`` on ``metric`` from each run's (repeat_index, value), a family of one
+    (``holm`` makes it one of several)."""
     xa, xb = _numbers(a_values), _numbers(b_values)
     if xa.size == 0 or xb.size == 0:
         side = a if xa.size == 0 else b
-        return Claim(
-            metric, a, b, None, None, None, 0, NO_INTERVAL, NOT_APPLICABLE, reason=f"no value for {side}", family=family
-        )
+        return Claim(metric, a, b, None, None, None, 0, NO_INTERVAL, NOT_APPLICABLE, reason=f"no value for {side}")
     mean_a, mean_b = float(xa.mean()), float(xb.mean())
     pairs = _pairs(a_values, b_values)
     spread: float | None = None
     needed: int | None = None
     if pairs is not None and len(pairs) >= 2:
         method, n, used = PAIRED, len(pairs), 0
-        diff, lo, hi = paired_interval(pairs, family)
+        diff, lo, hi, p = paired_interval(pairs)
     elif xa.size >= 2 and xb.size >= 2:
         method, n, used = BOOTSTRAP, int(min(xa.size, xb.size)), resamples
-        diff, lo, hi = bootstrap_interval(xa, xb, resamples, seed, family)
+        diff, lo, hi, p = bootstrap_interval(xa, xb, resamples, seed)
     else:
         diff = mean_a - mean_b
         spread = difference_spread(xa, xb)
-        needed = repeats_needed(diff, spread, family=family) if spread is not None else None
+        needed = repeats_needed(diff, spread) if spread is not None else None
         return Claim(
             metric, a, b, diff, None, None, int(min(xa.size, xb.size)), NO_INTERVAL, NO_WINNER,
-            mean_a, mean_b, int(xa.size), int(xb.size), _relative(diff, mean_b), 0, spread, needed, family=family,
+            mean_a, mean_b, int(xa.size), int(xb.size), _relative(diff, mean_b), 0, spread, needed,
         )  # fmt: skip
     return Claim(
-        metric, a, b, diff, lo, hi, n, method, _verdict(lo, hi),
-        mean_a, mean_b, int(xa.size), int(xb.size), _relative(diff, mean_b), used, family=family,
+        metric, a, b, diff, lo, hi, n, method, _verdict(lo, hi, p),
+        mean_a, mean_b, int(xa.size), int(xb.size), _relative(diff, mean_b), used, p=p, p_adjusted=p,
     )  # fmt: skip
+
+
+def holm(claims: Sequence[Claim]) -> list[Claim]:
+    """The claims as one family (same order): Holm's adjusted p on those with a p, the verdicts redone from it.
+
+    Sorted by p, the k-th smallest (k from 0) is adjusted to max over j <= k of min(1, (m - j) p_(j)), m the claims
+    with a p; a claim keeps its direction only where that is at most 0.05."""
+    ps = [(c.p, i) for i, c in enumerate(claims) if c.p is not None]
+    m, out = len(ps), list(claims)
+    running = 0.0
+    for rank, (p, i) in enumerate(sorted(ps)):
+        running = max(running, min(1.0, (m - rank) * p))
+        c = claims[i]
+        assert c.lo is not None and c.hi is not None
+        out[i] = replace(c, family=m, p_adjusted=running, verdict=_verdict(c.lo, c.hi, running))
+    return out
 
 
 def _relative(diff: float, base: float) -> float | None:
@@ -242,8 +252,13 @@ def _method_text(c: Claim) -> str:
     return "paired" if c.method == PAIRED else f"bootstrap, {c.resamples} resamples"
 
 
-def _family_text(c: Claim) -> str:
-    return f", simultaneous over {c.family} metrics" if c.family > 1 else ""
+def _p_text(c: Claim) -> str:
+    p = c.p_adjusted if c.p_adjusted is not None else c.p
+    if p is None:
+        return ""
+    shown = f"{p:.2g}" if p >= 0.001 else "< 0.001"
+    shown = shown if shown.startswith("<") else f"= {shown}"
+    return f"; Holm p {shown} over {c.family} metrics" if c.family > 1 else f"; p {shown}"
 
 
 def _percent(x: float) -> str:
@@ -270,13 +285,13 @@ def wording(c: Claim, what: str, show: Callable[[float], str], unit: str = "") -
         rel = f" or {_percent(c.relative)}" if c.relative is not None else ""
         return (
             f"{c.a} {c.verdict} than {c.b} on {what} by {show(abs(c.diff))}{u}{rel} "
-            f"(95% CI [{show(lo)}, {show(hi)}]{u}{_family_text(c)}, n = {_n_text(c)}, {_method_text(c)})."
+            f"(95% CI [{show(lo)}, {show(hi)}]{u}, n = {_n_text(c)}, {_method_text(c)}{_p_text(c)})."
         )
     if c.verdict == NO_DIFFERENCE:
         assert c.lo is not None and c.hi is not None
         return (
             f"{c.a} vs {c.b}: no difference detected on {what} at n = {_n_text(c)} "
-            f"(95% CI [{show(c.lo)}, {show(c.hi)}]{u}{_family_text(c)}, {_method_text(c)})."
+            f"(95% CI [{show(c.lo)}, {show(c.hi)}]{u}, {_method_text(c)}{_p_text(c)})."
         )
     assert c.mean_a is not None and c.mean_b is not None
     runs = "run" if c.n_a == c.n_b == 1 else "runs"

@@ -57,7 +57,7 @@ def _verdicts(items: list[Versus]) -> list[str]:
             said = f"better than {base} on {_and(better)}" if better else f"worse than {base} on {_and(worse)}"
             if better and worse:
                 said += f", and worse on {_and(worse)}"
-            out.append(f"Where the interval excludes 0, {variant} is {said}.")
+            out.append(f"Where a winner is named, {variant} is {said}.")
         else:
             out.append(f"No winner named between {variant} and {base}.")
     return out

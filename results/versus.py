@@ -25,6 +25,7 @@ from results.claims import (
     Claim,
     Value,
     compare_values,
+    holm,
     no_winner,
     wording,
 )
@@ -112,10 +113,8 @@ def versus(cmp: Comparison) -> list[Versus]:
         if row is base or row.status != "complete":
             continue
         found = [(h, hit) for h in HEADLINES if (hit := _option(h, base, row)) is not None]
-        for h, (key, what) in found:  # the metrics compared between these two rows are one family
-            claim = compare_values(
-                key, row.variant, values(row, key), base.variant, values(base, key), family=len(found)
-            )
+        claims = [compare_values(k, row.variant, values(row, k), base.variant, values(base, k)) for _, (k, _) in found]
+        for (h, (_, what)), claim in zip(found, holm(claims), strict=True):  # one family: the two rows' metrics
             out.append(Versus(claim, what, h.unit, h.lower_better))
     return out
 
@@ -164,7 +163,7 @@ def sentences(items: list[Versus]) -> list[str]:
     return out
 
 
-HEADERS = ["variant", "metric", "mean", "baseline", "diff", "95% CI (simultaneous)", "change", "n", "method", "verdict"]
+HEADERS = ["variant", "metric", "mean", "baseline", "diff", "95% CI", "change", "n", "method", "Holm p", "verdict"]
 
 
 def _signed(value: float, unit: str) -> str:
@@ -183,6 +182,11 @@ def _verdict(v: Versus) -> str:
     return c.verdict
 
 
+def _p_cell(c: Claim) -> str:
+    p = c.p_adjusted
+    return "-" if p is None else ("<0.001" if p < 0.001 else f"{p:.2g}")
+
+
 def cells(items: list[Versus]) -> list[list[str]]:
     """One text line per claim, in the order of HEADERS (diff and CI of variant - baseline)."""
     body = []
@@ -196,7 +200,7 @@ def cells(items: list[Versus]) -> list[list[str]]:
         body.append([
             c.a, metric, fmt(c.mean_a, u), fmt(c.mean_b, u),
             _signed(c.diff, u) if c.diff is not None else "n/a",
-            ci, change, n, c.method, _verdict(v),
+            ci, change, n, c.method, _p_cell(c), _verdict(v),
         ])  # fmt: skip
     return body
 
@@ -204,8 +208,8 @@ def cells(items: list[Versus]) -> list[list[str]]:
 NOTE = (
     "diff = variant - baseline; the interval is a paired t interval over the runs of the same repeat (same flow "
     f"placement), or a bootstrap of the difference of means ({RESAMPLES} resamples, seed {SEED}) where runs cannot be "
-    "paired; the intervals of one variant's metrics hold together at 95% (Bonferroni: each at 1 - 0.05/m for m "
-    "metrics), so a reading names a false winner on any of them at most 5% of the time; "
+    "paired; a winner is named only where Holm's adjusted p over the variant's m metrics is at most 0.05, so a "
+    "reading names a false winner on any of them at most 5% of the time; "
     "a winner is named only where the interval excludes 0, never from one run per variant."
 )
 
@@ -238,7 +242,8 @@ def to_markdown(cmp: Comparison) -> str:
 
 
 CSV_FIELDS = ("variant", "baseline", "metric", "what", "mean", "baseline_mean", "diff", "lo", "hi", "relative", "n",
-              "n_variant", "n_baseline", "method", "resamples", "verdict", "better", "repeats_needed", "claim")  # fmt: skip
+              "n_variant", "n_baseline", "method", "resamples", "p", "p_holm", "family", "verdict", "better",
+              "repeats_needed", "claim")  # fmt: skip
 
 
 def write_csv(cmp: Comparison, path: Path) -> bool:
@@ -252,6 +257,7 @@ def write_csv(cmp: Comparison, path: Path) -> bool:
         for v in items:
             c = v.claim
             row: list[Any] = [c.a, c.b, c.metric, v.what, c.mean_a, c.mean_b, c.diff, c.lo, c.hi, c.relative, c.n,
-                              c.n_a, c.n_b, c.method, c.resamples, c.verdict, v.better, c.needed, v.text]  # fmt: skip
+                              c.n_a, c.n_b, c.method, c.resamples, c.p, c.p_adjusted, c.family, c.verdict, v.better,
+                              c.needed, v.text]  # fmt: skip
             w.writerow(["" if x is None else repr(x) if isinstance(x, float) else x for x in row])
     return True

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from results import versus
@@ -22,6 +24,7 @@ from results.claims import (
     RESAMPLES,
     bootstrap_interval,
     compare_values,
+    holm,
     repeats_needed,
     wording,
 )
@@ -61,8 +64,9 @@ def test_no_drops_against_forty_over_three_repeats_is_a_win_with_its_wording() -
     assert c.verdict == LOWER and c.winner
     assert (c.diff, c.lo, c.hi) == (pytest.approx(-40), pytest.approx(-40 - half), pytest.approx(-40 + half))
     assert wording(c, "drops", _count) == (
-        "ecn lower than drop-tail on drops by 40 or 100% (95% CI [27.6, 52.4], n = 3, paired)."
+        "ecn lower than drop-tail on drops by 40 or 100% (95% CI [27.6, 52.4], n = 3, paired; p = 0.0052)."
     )
+    assert c.p == pytest.approx(2 * 0.002582, abs=1e-5)  # t = 40 / (5 / sqrt 3) = 13.86 on 2 degrees of freedom
 
 
 def test_bootstrap_known_answer_on_a_fixed_seed() -> None:
@@ -75,15 +79,16 @@ def test_bootstrap_known_answer_on_a_fixed_seed() -> None:
     assert (c.diff, c.lo, c.hi) == (pytest.approx(-0.5), pytest.approx(-0.8), pytest.approx(-0.2))
     assert c.verdict == LOWER
     assert compare_values("m", "A", a, "B", b) == c  # the same seed: the same report every time
-    assert "n = 5 vs 10, bootstrap, 10000 resamples)" in wording(c, "m", _count)
+    assert c.p == pytest.approx(2 / 1024, abs=0.0015)  # k = 0 (difference 0) has probability 1/1024: one tail
+    assert "n = 5 vs 10, bootstrap, 10000 resamples; p = " in wording(c, "m", _count)
 
 
 def test_bootstrap_is_reproducible_and_depends_on_its_seed() -> None:
     a, b = [3.1, 4.7, 2.2, 5.0], [1.0, 2.5, 0.4]
     assert bootstrap_interval(a, b, seed=7) == bootstrap_interval(a, b, seed=7)
     assert bootstrap_interval(a, b, seed=7) != bootstrap_interval(a, b, seed=8)
-    diff, lo, hi = bootstrap_interval(a, b, resamples=2000, seed=7)
-    assert diff == pytest.approx(3.75 - 1.3) and lo < diff < hi
+    diff, lo, hi, p = bootstrap_interval(a, b, resamples=2000, seed=7)
+    assert diff == pytest.approx(3.75 - 1.3) and lo < diff < hi and 1 / 2000 <= p <= 1
 
 
 def test_a_missing_pair_falls_back_to_the_bootstrap() -> None:
@@ -101,7 +106,7 @@ def test_no_difference_wording() -> None:
     assert c.verdict == NO_DIFFERENCE and not c.winner
     assert c.lo is not None and c.hi is not None and c.lo < 0 < c.hi
     assert wording(c, "FCT p99", _ms, "ms") == (
-        f"A vs B: no difference detected on FCT p99 at n = 3 (95% CI [{_ms(c.lo)}, {_ms(c.hi)}] ms, paired)."
+        f"A vs B: no difference detected on FCT p99 at n = 3 (95% CI [{_ms(c.lo)}, {_ms(c.hi)}] ms, paired; p = 1)."
     )
 
 
@@ -172,20 +177,23 @@ def test_reading_names_ecn_the_winner_on_drops_over_three_paired_repeats() -> No
     assert [r.variant for r in cmp.rows] == ["A-droptail", "B-ecn"]
     text = reading(cmp, notes=["The compared variants shared their flow placement in every repeat."])
     assert "Against the baseline A-droptail" in text
-    # four metrics compared at once: each interval at 1 - 0.05/4, t(0.99375, 2) = 8.860, half-width 25.6
+    # four metrics compared at once: three with p = 0.0052 (the smallest, adjusted to 4 x 0.0052 = 0.021, and the
+    # running maximum keeps the next two there), goodput with p = 1
     assert (
-        "B-ecn lower than A-droptail on drops by 40 or 100% (95% CI [14.4, 65.6], simultaneous over 4 metrics, "
-        "n = 3, paired)." in text
+        "B-ecn lower than A-droptail on drops by 40 or 100% (95% CI [27.6, 52.4], n = 3, paired; Holm p = 0.021 "
+        "over 4 metrics)." in text
     )
     assert "B-ecn lower than A-droptail on FCT p99 by 35 ms" in text
     assert "on collective iteration p50" in text and "iteration p99" not in text  # p99 null: p50 stands in
     assert "B-ecn vs A-droptail: no difference detected on aggregate goodput at n = 3" in text
     assert "B-ecn is better than A-droptail on collective iteration p50, FCT p99 and drops." in text
-    assert text.index("paired).") < text.index("shared their flow placement") < text.index("Drops (mean per run)")
+    assert (
+        text.index("over 4 metrics).") < text.index("shared their flow placement") < text.index("Drops (mean per run)")
+    )
     lines = versus.cells(versus.versus(cmp))
     drops = next(line for line in lines if line[1] == "drops")
-    assert drops[:8] == ["B-ecn", "drops", "0", "40", "-40", "[-65.6, -14.4]", "-100%", "3"]
-    assert drops[8:] == [PAIRED, "lower (better)"]
+    assert drops[:8] == ["B-ecn", "drops", "0", "40", "-40", "[-52.4, -27.6]", "-100%", "3"]
+    assert drops[8:] == [PAIRED, "0.021", "lower (better)"]
 
 
 def test_reading_never_names_a_winner_from_one_run_per_variant() -> None:
@@ -207,7 +215,7 @@ def test_a_metric_with_one_run_on_a_side_names_no_winner_there_alone() -> None:
     text = reading(compare(runs, sums))
     assert "B lower than A on drops" not in text and "B higher than A on drops by 33 or" not in text
     assert "B higher than A on drops by 33 (95% CI" in text  # the baseline's 0 drops: no percentage
-    assert "B vs A from 3 and 1 runs: FCT p99 55 ms vs 20 ms (the spread seen would need about 4 repeats per " \
+    assert "B vs A from 3 and 1 runs: FCT p99 55 ms vs 20 ms (the spread seen would need about 3 repeats per " \
         "variant to tell); no winner named from one run of A." in text  # fmt: skip
     assert "B is worse than A on collective iteration p50 and drops." in text
 
@@ -249,33 +257,34 @@ def test_bad_labels_are_refused_naming_the_key(label: Any, reason: str) -> None:
     assert err.value.path == "label" and reason in err.value.reason
 
 
-def test_a_family_of_claims_widens_each_interval_to_hold_together() -> None:
-    # differences 1..4 again: alone the interval is t(0.975, 3) wide; one of five, t(0.995, 3) = 5.84091
-    a = [(0, 10.0), (1, 12.0), (2, 14.0), (3, 16.0)]
-    b = [(0, 9.0), (1, 10.0), (2, 11.0), (3, 12.0)]
-    alone, five = compare_values("m", "A", a, "B", b), compare_values("m", "A", a, "B", b, family=5)
-    assert alone.level == pytest.approx(0.95) and five.level == pytest.approx(0.99)
-    half = 5.84091 * math.sqrt(5 / 3) / 2
-    assert (five.lo, five.hi) == (pytest.approx(2.5 - half, abs=1e-4), pytest.approx(2.5 + half, abs=1e-4))
-    assert five.verdict == NO_DIFFERENCE and alone.verdict == HIGHER  # 2.5 +- 3.77 holds 0; +- 2.05 does not
-    assert ", simultaneous over 5 metrics" in wording(five, "m", _count)
-    assert "simultaneous" not in wording(alone, "m", _count)
+def test_holm_keeps_a_strong_claim_and_holds_back_a_weak_one_of_the_same_family() -> None:
+    # two metrics: p 0.01 and 0.04; Holm adjusts the smaller to 2 x 0.01 = 0.02 (kept) and the other to
+    # max(0.02, 1 x 0.04) = 0.04 (kept); with a third metric at p 0.5, 0.04 becomes 2 x 0.04 = 0.08 (held back)
+    base = compare_values("m", "A", [(0, 10.0), (1, 10.5), (2, 11.0)], "B", [(0, 0.0), (1, 0.0), (2, 0.0)])
+    assert base.lo is not None and base.lo > 0  # the interval alone excludes 0: the family decides
+    strong, weak = replace(base, p=0.01, p_adjusted=0.01), replace(base, metric="w", p=0.04, p_adjusted=0.04)
+    null = replace(base, metric="n", p=0.5, p_adjusted=0.5, lo=-1.0, hi=2.0)
+    two = holm([strong, weak])
+    assert [c.p_adjusted for c in two] == [pytest.approx(0.02), pytest.approx(0.04)] and all(c.winner for c in two)
+    three = holm([weak, null, strong])
+    assert [c.p_adjusted for c in three] == [pytest.approx(0.08), pytest.approx(0.5), pytest.approx(0.03)]
+    assert [c.verdict for c in three] == [NO_DIFFERENCE, NO_DIFFERENCE, HIGHER] and three[0].family == 3
+    assert "; Holm p = 0.08 over 3 metrics)" in wording(three[0], "w", _count)
 
 
-def test_aa_runs_over_many_seeds_name_a_false_winner_at_most_five_percent_of_the_time() -> None:
-    # five independent metrics that do not differ, five paired repeats: a family of five must name a false winner
-    # in at most 5% of readings (Bonferroni), where five separate 95% intervals would in about 23%
-    import numpy as np
-
+def test_aa_readings_name_a_false_winner_at_most_five_percent_of_the_time() -> None:
+    # five independent metrics that do not differ, five paired repeats: the family must name a false winner in at
+    # most 5% of readings (Holm), where five separate 95% intervals would in about 23%
     rng = np.random.default_rng(7)
     readings, false_family, false_alone = 2000, 0, 0
     for _ in range(readings):
-        claims = []
+        alone = []
         for m in range(5):
             x, y = rng.normal(size=5), rng.normal(size=5)
-            va, vb = list(enumerate(map(float, x))), list(enumerate(map(float, y)))
-            claims.append((compare_values(f"m{m}", "A", va, "B", vb, family=5), compare_values("m", "A", va, "B", vb)))
-        false_family += any(f.winner for f, _ in claims)
-        false_alone += any(a.winner for _, a in claims)
+            alone.append(
+                compare_values(f"m{m}", "A", list(enumerate(map(float, x))), "B", list(enumerate(map(float, y))))
+            )
+        false_family += any(c.winner for c in holm(alone))
+        false_alone += any(c.winner for c in alone)
     assert false_family / readings <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / readings)
     assert false_alone / readings > 0.15  # the problem the family solves
