@@ -209,8 +209,7 @@ NOTE = (
     "diff = variant - baseline; the interval is a paired t interval over the runs of the same repeat (same flow "
     f"placement), or a bootstrap of the difference of means ({RESAMPLES} resamples, seed {SEED}) where runs cannot be "
     "paired; a winner is named only where Holm's adjusted p over the variant's m metrics is at most 0.05, so a "
-    "reading names a false winner on any of them at most 5% of the time; "
-    "a winner is named only where the interval excludes 0, never from one run per variant."
+    "reading names a false winner on any of them at most 5% of the time, and never from one run per variant."
 )
 
 
