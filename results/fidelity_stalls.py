@@ -7,8 +7,8 @@ did not read, a queue that held packets without sending them are the testbed's, 
 nobody can account for: each of those makes the run unfaithful, its reason naming the stall (job, iteration,
 step, flow, duration).
 
-``slow_iterations``: per job with at least ``MIN_ITERATIONS`` measured iterations, an iteration longer than
-``slow_iter_factor`` x the job's median is explained by a stall over it (whatever its cause), retransmissions on the
+``slow_iterations``: per job and message size (a size sweep's iterations differ by design) with at least
+``MIN_ITERATIONS`` measured iterations, an iteration longer than ``slow_iter_factor`` x their median is explained by a stall over it (whatever its cause), retransmissions on the
 job's own sockets during it (iterations.csv ``retrans``), a link event, a PFC pause, drops at any queue of the
 fabric, or another job's transfer that started during it; one that none explains makes the run unfaithful.
 """
@@ -99,7 +99,8 @@ class _Causes:
 def check_slow_iterations(
     tabs: StallTables, queues: Rows = (), th: Thresholds = Thresholds(), judged: Sequence[Stall] | None = None
 ) -> dict[str, Any]:
-    """Iterations over ``th.slow_iter_factor`` x their job's median, each with what explains it."""
+    """Iterations over ``th.slow_iter_factor`` x the median of their job's iterations of the same size, each with
+    what explains it."""
     name, factor = "slow_iterations", th.slow_iter_factor
     it = as_frame(tabs.iterations)
     if it.empty:
@@ -109,7 +110,8 @@ def check_slow_iterations(
     causes = _Causes(tabs, queues, list(judged) if judged is not None else judge_stalls(tabs, queues, th=th))
     slow: list[dict[str, Any]] = []
     worst, jobs = 0.0, 0
-    for job, g in it.groupby(it["job"].astype(str)):
+    size = numbers(it, "size_bytes").fillna(-1) if "size_bytes" in it else pd.Series(-1.0, index=it.index)
+    for (job, _), g in it.groupby([it["job"].astype(str), size]):
         if len(g) < MIN_ITERATIONS:
             continue
         jobs += 1
@@ -124,7 +126,7 @@ def check_slow_iterations(
                 slow.append({"job": job, "iter": int(i), "seconds": round(float(d), 4), "median_s": round(med, 4),
                              "ratio": round(ratio, 2), "explained_by": why})  # fmt: skip
     if not jobs:
-        return check(name, None, None, factor, f"no job had {MIN_ITERATIONS} measured iterations")
+        return check(name, None, None, factor, f"no job had {MIN_ITERATIONS} measured iterations of one size")
     bad = [s for s in slow if not s["explained_by"]]
     over = f"over {factor}x their job's median"
     if bad:

@@ -322,3 +322,18 @@ def test_evaluate_run_judges_stalls_where_the_workers_watched(tmp_path) -> None:
 def test_evaluate_run_on_an_older_record_has_no_stall_checks(tmp_path) -> None:
     v = evaluate_run(_record(tmp_path / "old", False))
     assert not {"stalls", "slow_iterations"} & {c["name"] for c in v["checks"]}
+
+
+def test_a_size_sweep_compares_each_iteration_with_its_own_size() -> None:
+    # three iterations each of 8 KiB, 64 KiB and 512 KiB, each size 8x as long as the one before: none is slow for
+    # its size; a fourth 512 KiB iteration at 3x its size's median is, and fails with no cause
+    rows, t = [], T0 + 20
+    for k, (size, d) in enumerate(((8192, 0.01), (65536, 0.08), (524288, 0.64))):
+        for j in range(3):
+            rows.append({"job": "sw", "iter": 3 * k + j, "warmup": 0, "size_bytes": size, "t_start": t, "t_end": t + d})
+            t += d + 0.01
+    c = check_slow_iterations(tables([], iterations=rows), queue_rows())
+    assert c["ok"] is True and c["value"] == pytest.approx(1.0)
+    rows.append({"job": "sw", "iter": 9, "warmup": 0, "size_bytes": 524288, "t_start": t, "t_end": t + 1.92})
+    c = check_slow_iterations(tables([], iterations=rows), queue_rows())
+    assert c["ok"] is False and "job sw iter 9 took 1.92 s, 3.0x its median" in c["reason"]
