@@ -171,6 +171,8 @@ class Watchdog:
         self.ticks, self.cpu_s, self.error = 0, 0.0, ""
         self._open: dict[tuple[str, int], _Open] = {}
         self._sending: dict[int, _Sending] = {}
+        # per peer, a receive with nothing read yet: (iteration, step) and the tick that first saw bytes unread
+        self._unread: dict[int, tuple[tuple[int, int], float]] = {}
         self._records: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -273,12 +275,20 @@ class Watchdog:
             return
         sock = self.socks[v]
         inq = self.reader.inq(sock)
-        if got == 0 and inq == 0:
-            return  # nothing of this message has come: its sender has not written it, which is the schedule's wait
+        since = t_last
+        if got == 0:  # waiting for the message is the schedule's; waiting with its bytes unread is not
+            if inq == 0:
+                self._unread.pop(v, None)
+                return  # nothing of this message has come: its sender has not written it yet
+            first = self._unread.get(v)
+            if first is None or first[0] != (it, step):
+                self._unread[v] = ((it, step), now)  # the clock starts when its bytes are first seen unread
+                return
+            since = first[1]
         info = self._info(v)
         bound = stall_bound(info, self.floor)
-        if now - t_last > bound:
-            self._detect("recv", v, it, step, t_last, now, bound, info, got, need, inq)
+        if now - since > bound:
+            self._detect("recv", v, it, step, since, now, bound, info, got, need, inq)
 
     def _watch_send(self, v: int, now: float) -> None:
         raw = self.reader.tcp_raw(self.socks[v])

@@ -120,10 +120,15 @@ def test_a_receive_nothing_of_which_came_is_the_schedules_wait_unless_bytes_sit_
     progress.recv[1] = (0, 2, 0, 5000, 1000.0)
     wd.tick(1002.0)
     assert wd.drain() == []  # its sender has not written it yet
-    reader.queued["sock1"] = (5000, 0)  # ... but now it sits in the socket and the thread does not take it
+    reader.queued["sock1"] = (5000, 0)  # ... now it has come: the clock starts here, not at the receive's start
     wd.tick(1002.05)
+    assert wd.drain() == []  # bytes that just arrived are no stall (a pipeline stage waits for its peer's compute)
+    wd.tick(1002.05 + BOUND * 0.9)
+    assert wd.drain() == []
+    wd.tick(1002.05 + BOUND * 1.1)  # ... it sits in the socket for two RTOs and the thread does not take it
     (rec,) = wd.drain()
     assert rec["side"] == "recv" and rec["queued_bytes"] == 5000 and rec["bytes_got"] == 0
+    assert rec["t_start"] == 1002.05
 
 
 def test_a_finished_receive_ends_its_stall() -> None:
