@@ -56,3 +56,17 @@ def stop_child(proc: Proc, result: Path, error: type[Exception], timeout: float 
         return dict(json.loads(result.read_text()))
     except (OSError, json.JSONDecodeError) as exc:
         raise error(f"{proc.name} exited {proc.poll()} without {result.name} ({exc}): {proc.stderr_tail(5)}") from None
+
+
+class ChildHandle:
+    """A running child: ``stop()`` signals it, waits for it, and returns the JSON it wrote to ``result`` (read once:
+    a second stop returns the same)."""
+
+    def __init__(self, proc: Proc, result: Path, error: type[Exception], timeout: float = 30.0):
+        self.proc, self.result, self.error, self.timeout = proc, result, error, timeout
+        self._result: dict[str, Any] | None = None
+
+    def stop(self, timeout: float | None = None) -> dict[str, Any]:
+        if self._result is None:
+            self._result = stop_child(self.proc, self.result, self.error, self.timeout if timeout is None else timeout)
+        return dict(self._result)

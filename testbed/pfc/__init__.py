@@ -7,27 +7,13 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from testbed.fabric.pfc import PfcPlan
-from testbed.host.child import start_child, stop_child
-from testbed.host.procs import Proc, ProcessGroup
+from testbed.host.child import ChildHandle, start_child
+from testbed.host.procs import ProcessGroup
 from testbed.pfc.errors import PfcError
 
-__all__ = ["PfcError", "PfcHandle", "start_pfc"]
-
-
-class PfcHandle:
-    """The running controller: ``stop()`` signals it, waits for its files, returns its summary (idempotent)."""
-
-    def __init__(self, proc: Proc, out: Path):
-        self.proc, self.out = proc, out
-        self.summary: dict[str, Any] | None = None
-
-    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
-        if self.summary is None:
-            self.summary = stop_child(self.proc, self.out / "pfc.json", PfcError, timeout)
-        return dict(self.summary)
+__all__ = ["PfcError", "start_pfc"]
 
 
 def start_pfc(
@@ -36,7 +22,7 @@ def start_pfc(
     netns: Callable[[str], str],
     out: Path,
     ready_timeout: float = 20.0,
-) -> PfcHandle:
+) -> ChildHandle:
     """Write DIR/pfc_config.json, spawn the controller in ``procs``, wait until its programs are attached."""
     cfg = {
         "queues": [{**asdict(q), "router_netns": netns(q.router)} for q in plan.queues],
@@ -48,4 +34,4 @@ def start_pfc(
     config.write_text(json.dumps(cfg, indent=1) + "\n")
     proc = start_child(procs, "pfc-controller", "testbed.pfc.controller", config, out, out / "pfc.ready",
                        out / "pfc.log", PfcError, ready_timeout)  # fmt: skip
-    return PfcHandle(proc, out)
+    return ChildHandle(proc, out / "pfc.json", PfcError)

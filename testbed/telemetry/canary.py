@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.host.child import start_child, stop_child
-from testbed.host.procs import Proc, ProcessGroup
+from testbed.host.child import ChildHandle, start_child
+from testbed.host.procs import ProcessGroup
 from testbed.spec.schemas import SCHEMAS
 
 COLUMNS = SCHEMAS["cpu_stalls"][0]
@@ -144,26 +144,13 @@ def run(cfg: CanaryConfig, out: Path, stop: threading.Event) -> dict[str, Any]:
     return h
 
 
-class CanaryHandle:
-    """The running process: ``stop()`` signals it and returns its health (idempotent)."""
-
-    def __init__(self, proc: Proc, out: Path):
-        self.proc, self.out = proc, out
-        self.health: dict[str, Any] | None = None
-
-    def stop(self, timeout: float = 10.0) -> dict[str, Any]:
-        if self.health is None:
-            self.health = stop_child(self.proc, self.out / "canary_health.json", CanaryError, timeout)
-        return dict(self.health)
-
-
-def start_canary(procs: ProcessGroup, cfg: CanaryConfig, out: Path, ready_timeout: float = 10.0) -> CanaryHandle:
+def start_canary(procs: ProcessGroup, cfg: CanaryConfig, out: Path, ready_timeout: float = 10.0) -> ChildHandle:
     """Write DIR/canary_config.json, spawn the canary in ``procs``, wait until every thread is pinned."""
     config = out / "canary_config.json"
     config.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
     proc = start_child(procs, "telemetry-canary", "testbed.telemetry.canary", config, out, out / "canary.ready",
                        out / "canary.log", CanaryError, ready_timeout)  # fmt: skip
-    return CanaryHandle(proc, out)
+    return ChildHandle(proc, out / "canary_health.json", CanaryError, timeout=10.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from testbed.host.child import start_child, stop_child
-from testbed.host.procs import Proc, ProcessGroup
+from testbed.host.child import ChildHandle, start_child
+from testbed.host.procs import ProcessGroup
 from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry.qtelem import (
     DRAIN_S,
@@ -146,26 +146,13 @@ def run(cfg: QslotsConfig, out: Path, stop: threading.Event) -> dict[str, Any]:
     return h
 
 
-class QslotsHandle:
-    """The running process: ``stop()`` signals it, waits for the table, returns its health (idempotent)."""
-
-    def __init__(self, proc: Proc, out: Path):
-        self.proc, self.out = proc, out
-        self.health: dict[str, Any] | None = None
-
-    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
-        if self.health is None:
-            self.health = stop_child(self.proc, self.out / "qtelem_health.json", QtelemError, timeout)
-        return dict(self.health)
-
-
-def start_qslots(procs: ProcessGroup, cfg: QslotsConfig, out: Path, ready_timeout: float = 20.0) -> QslotsHandle:
+def start_qslots(procs: ProcessGroup, cfg: QslotsConfig, out: Path, ready_timeout: float = 20.0) -> ChildHandle:
     """Write DIR/qslots_config.json, spawn the process in ``procs``, wait until its programs are attached."""
     config = out / "qslots_config.json"
     config.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
     proc = start_child(procs, "telemetry-qslots", "testbed.telemetry.qslots", config, out, out / "qtelem.ready",
                        out / "qslots.log", QtelemError, ready_timeout)  # fmt: skip
-    return QslotsHandle(proc, out)
+    return ChildHandle(proc, out / "qtelem_health.json", QtelemError)
 
 
 def main(argv: list[str] | None = None) -> int:
