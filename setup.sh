@@ -56,7 +56,7 @@ case "${1:-install}" in
   test)
     shift
     rc=0
-    $PY -m pytest tests scenarios "$@" || rc=$?
+    $PY -m pytest --durations=25 tests scenarios "$@" || rc=$?
     # On a stock kernel the stock_kernel scenarios ran natively just now; elsewhere they skipped, saying what the
     # kernel lacks, and run here in one guest boot (after the native pass: the cross-check reads its eBPF record).
     # With pytest arguments (a subset) there is no guest pass: `./setup.sh stock` runs it alone.

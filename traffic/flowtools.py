@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from traffic.connect import connect_retrying
 from traffic.gate import ready_then_wait
 from traffic.rtt_probe import echo, probe
 
@@ -48,21 +49,16 @@ def _connect(
 ) -> socket.socket:
     """A connected TCP socket, retried until ``deadline``; ``src``: the (address, placed source port) it binds first
     (SO_REUSEADDR: a TIME_WAIT an earlier run on the same fabric left on that port does not stop the bind)."""
-    while True:
+
+    def make() -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         _tune(s, cc, tos)
         if src is not None:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(src)
-        s.settimeout(2.0)
-        try:
-            s.connect((ip, port))
-            return s
-        except OSError:
-            s.close()
-            if time.time() > deadline:
-                raise
-            time.sleep(0.05)
+        return s
+
+    return connect_retrying(make, (ip, port), deadline)
 
 
 def sink(cfg: dict[str, Any]) -> None:

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from traffic.connect import connect_retrying
 from traffic.gate import ready_then_wait
 
 PROBE = struct.Struct("!Idd")  # seq, send time, the echo's holding time (0 in a request): every frame's head
@@ -251,17 +252,7 @@ def _socket(kind: socket.SocketKind, cfg: dict[str, Any]) -> socket.socket:
 
 def _tcp_connect(cfg: dict[str, Any], deadline: float) -> socket.socket:
     """Connect to the echo server, retrying until it listens or ``deadline`` passes."""
-    while True:
-        s = _socket(socket.SOCK_STREAM, cfg)
-        s.settimeout(2.0)
-        try:
-            s.connect((cfg["dst_ip"], cfg["port"]))
-            return s
-        except OSError:
-            s.close()
-            if time.time() > deadline:
-                raise
-            time.sleep(0.05)
+    return connect_retrying(lambda: _socket(socket.SOCK_STREAM, cfg), (cfg["dst_ip"], cfg["port"]), deadline)
 
 
 def _udp_connect(cfg: dict[str, Any], deadline: float) -> socket.socket:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from testbed.spec.schemas import SCHEMAS
+from testbed.spec.schemas import SCHEMAS, STALL_TCP_COLUMNS
 
 COLUMNS = SCHEMAS["stalls"][0]
-# TCP_INFO fields copied from the record at detection (column name = TcpInfo field)
+TCP_COLUMNS = STALL_TCP_COLUMNS  # TCP_INFO fields copied from the record at detection
 TCP_COLUMNS = (
     "state",
     "ca_state",
