@@ -16,32 +16,6 @@ from testbed.spec.schemas import SCHEMAS, STALL_TCP_COLUMNS
 
 COLUMNS = SCHEMAS["stalls"][0]
 TCP_COLUMNS = STALL_TCP_COLUMNS  # TCP_INFO fields copied from the record at detection
-TCP_COLUMNS = (
-    "state",
-    "ca_state",
-    "retransmits",
-    "probes",
-    "backoff",
-    "rto_us",
-    "ato_us",
-    "rtt_us",
-    "snd_cwnd",
-    "snd_mss",
-    "unacked",
-    "sacked",
-    "lost",
-    "notsent_bytes",
-    "snd_wnd",
-    "rcv_wnd",
-    "rcv_space",
-    "last_data_sent_ms",
-    "last_data_recv_ms",
-    "last_ack_recv_ms",
-    "bytes_acked",
-    "bytes_received",
-    "total_retrans",
-    "total_rto",
-)
 # the namespace's counters worth a column when they moved during a stall (all moved counters stay in raw/)
 STALL_COUNTERS = (
     "Proc.majflt",
