@@ -181,6 +181,18 @@ def port_utilization(path: Any, port: str, window: tuple[float, float]) -> float
     return sent * 8 / rate / (window[1] - window[0])
 
 
+def queue_empty_share(path: Any, port: str, window: tuple[float, float]) -> float:
+    """The share of ``window`` an egress queue (``node:dev``) held no packet: queues.csv's backlog, time-weighted
+    (a row holds until the port's next one)."""
+    from results.record import load_run
+    from results.timeweighted import share_above
+
+    rows = port_rows(load_run(path).table("queues"), port)
+    t = [float(r["t"]) for r in rows]
+    backlog = [float(r["backlog_bytes"] or 0) for r in rows]
+    return 1.0 - share_above(t, backlog, 0.0, window=window)
+
+
 def srtt_min_s(path: Any) -> float:
     """The smallest smoothed RTT any flow reported (flow_samples.csv): the path's base RTT plus what queue the
     flow never saw drain."""

@@ -1,9 +1,11 @@
 """Helpers of the stock-kernel scenarios (marker ``stock_kernel``): the precise native skip, steady-state queue
-statistics of one egress queue, and where the cross-check's BPF reference records are."""
+statistics of one egress queue, DCTCP's queue model, and where the cross-check's BPF reference records are."""
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,29 @@ def queue_stats(point: Any, queue: str = BOTTLENECK) -> dict[str, float]:
         "drops": float(q["drops"] or 0),
         "marks": float(q["marks"] or 0),
     }
+
+
+@dataclass(frozen=True)
+class DctcpSawtooth:
+    """DCTCP's steady-state queue (Alizadeh et al., SIGCOMM 2010, section 3.3), in frames: N synchronized flows
+    share C x RTT + K, each cuts by alpha / 2 with alpha = sqrt(2 / W*), so the queue swings by ``amplitude``
+    A = sqrt(2 N (C x RTT + K)) / 2 below its peak K + N and bottoms at ``q_min`` = K + N - A. The rule
+    K > C x RTT / 7 is q_min > 0 solved for K. Below it the queue is empty while the window climbs back the last
+    -q_min frames at N frames per RTT, out of a cycle of A / N RTTs: ``empty_share`` = -q_min / A."""
+
+    amplitude: float
+    q_min: float
+
+    @classmethod
+    def of(cls, rate_bps: float, rtt_s: float, k_bytes: float, frame_bytes: float, flows: float) -> DctcpSawtooth:
+        bdp = rate_bps / 8 * rtt_s / frame_bytes
+        k = k_bytes / frame_bytes
+        amplitude = math.sqrt(2 * flows * (bdp + k)) / 2
+        return cls(amplitude, k + flows - amplitude)
+
+    @property
+    def empty_share(self) -> float:
+        return max(0.0, -self.q_min) / self.amplitude
 
 
 def latest_reference(runs: Path, scenario_name: str, impl: str) -> Path | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 from scenario_helpers import (
+    REVERSED,
     drop_tail,
     drops_in_window,
     frame_bytes,
@@ -21,17 +22,26 @@ from scenario_helpers import (
     link_rtt_s,
     payload_bps,
     port_utilization,
+    queue_empty_share,
     scenario_data,
     srtt_min_s,
     steady_window,
+    tcp_flows,
 )
-from stock_helpers import BOTTLENECK, latest_reference, queue_stats, require_stock_kernel, same_setting
+from stock_helpers import BOTTLENECK, DctcpSawtooth, latest_reference, queue_stats, require_stock_kernel, same_setting
 
 RTT_EXTRA_MAX_S = 0.010  # the smallest srtt may exceed the netem RTT by this much
 SKIP_S = 2.0  # steady state: from 2 s after the last flow started
-# Guest passes (TCG) at 25 Mbit/s and RTT 80 ms: K = 72 KB utilization 0.994-1.000, no drops; K = 9 KB 0.915-0.953,
-# no drops; smallest srtt 81.4-83.0 ms. DCTCP's analysis (Alizadeh et al.) has the queue swing by
-# ~sqrt(2 N C x RTT) / 2 = 6.6 frames around K + N, so at K = 1 frame the queue runs empty and the link idles.
+# The K experiment judges the rule on what it is derived from (stock_helpers.DctcpSawtooth): above C x RTT / 7 the
+# queue's swing bottoms above empty, below it the queue runs empty for part of each cycle (3 flows, C x RTT 28 frames,
+# K = 1 frame: 0.39 of the time). The link's loss from that is the area under the empty stretch, about 2 % of the
+# rate in the same model: under the run-to-run spread of a guest's utilization, so it is printed, not judged.
+K_ABOVE_EMPTY_MAX = 0.10  # the model: never empty; guest stalls of over a few frames' time can drain it
+K_BELOW_EMPTY_MIN = 0.15  # below the rule: empty at least this share; the setting is asserted to have twice it
+# TESTBED_REVERSED=1: K above the rule at both points, so the queue no longer runs empty at the second
+REVERSED_OVERRIDES = {
+    "stock_dctcp_k": {"sweep": {"fabric.host_link.ecn": [{"mode": "step", "k": "72KB", "impl": "kernel"}] * 2}}
+}
 K_ABOVE_UTIL_MIN = 0.90  # bottleneck utilization (wire bytes / rate) with K above C x RTT / 7
 # Kernel DCTCP at K = 30 KB keeps the bottleneck busy: judged, like the K experiment, on the bottleneck's wire bytes
 # while every flow runs (steady_window), not on goodput over the flows' whole span, which the guest's slow iperf3
@@ -41,7 +51,6 @@ DCTCP_UTIL_MIN = 0.90
 # below, not on goodput over the flows' whole span, which the guest's slow iperf3 start and exit dilute (a CI guest
 # pass: span goodput ratio 0.914 against the 0.9 asked)
 RED_UTIL_RATIO_MIN = 0.9
-K_BELOW_UTIL_LOSS_MIN = 0.03  # how much less K under the rule delivers
 
 # Cross-check band (docs/vm.md): kernel RED (guest) vs the eBPF marker (native), same setting, 50 Hz sampling.
 P99_BAND = 0.35  # |p99_red - p99_bpf| <= P99_BAND x the larger, or one frame
@@ -108,51 +117,71 @@ def test_kernel_dctcp_holds_the_queue_near_k(experiment):
 
 
 @pytest.mark.stock_kernel
-def test_dctcp_k_from_c_times_rtt_over_7_with_netem_delay(experiment):
+def test_dctcp_k_from_c_times_rtt_over_7_with_netem_delay(judged):
     require_stock_kernel("sch_red", "sch_netem", "tcp_dctcp")
-    exp = experiment("stock_dctcp_k")
-    big, small = sorted(exp.points, key=host_k_bytes, reverse=True)  # K above the rule, K well below it
-    payload = exp.common(lambda p: payload_bps(p.port(BOTTLENECK)))  # C: the bottleneck's TCP payload rate
+    judged("stock_dctcp_k", judge_dctcp_k, REVERSED_OVERRIDES)
+
+
+def judge_dctcp_k(exp):
+    # the points in sweep order: K above the rule, then K well below it (REVERSED: above it at both)
+    big, small = exp.points if REVERSED else sorted(exp.points, key=host_k_bytes, reverse=True)
+    port = exp.common(lambda p: {k: p.port(BOTTLENECK)[k] for k in ("rate_bps", "mtu")})
+    payload = payload_bps(port)  # C: the bottleneck's TCP payload rate
     base_rtt = exp.common(lambda p: link_rtt_s(p, BOTTLENECK))  # the netem delay both ways
+    flows = exp.common(tcp_flows)
     rule = payload / 8 * base_rtt / 7  # bytes: C x RTT / 7 at the netem base RTT
     kb = [host_k_bytes(p) for p in (big, small)]
-    assert kb[0] > 1.5 * rule > 3 * kb[1], f"stock_dctcp_k.yaml: K {kb} not one above and one well below {rule:.0f} B"
-    util, rtt, q = {}, {}, {}
-    for k, p in zip(kb, (big, small), strict=True):
-        util[k] = port_utilization(p.path, BOTTLENECK, steady_window(p.path, SKIP_S))
-        rtt[k] = srtt_min_s(p.path)
-        q[k] = queue_stats(p)
-        print(f"K={k} B (rule {rule:.0f} B): utilization {util[k]:.3f}, srtt min {rtt[k] * 1e3:.1f} ms, {q[k]}")
-    for k in kb:
+    model = [DctcpSawtooth.of(port["rate_bps"], base_rtt, k, frame_bytes(port), flows) for k in kb]
+    assert kb[0] > 1.5 * rule and model[0].q_min > 0, f"stock_dctcp_k.yaml: K {kb[0]} B not above {rule:.0f} B"
+    assert REVERSED or (3 * kb[1] < rule and model[1].empty_share >= 2 * K_BELOW_EMPTY_MIN), (
+        f"stock_dctcp_k.yaml: K {kb[1]} B not well below {rule:.0f} B (model: empty {model[1].empty_share:.2f})"
+    )
+    util, rtt, q, empty = [0.0, 0.0], [0.0, 0.0], [{}, {}], [0.0, 0.0]
+    for i, p in enumerate((big, small)):
+        k, m = kb[i], model[i]
+        window = steady_window(p.path, SKIP_S)
+        util[i] = port_utilization(p.path, BOTTLENECK, window)
+        empty[i] = queue_empty_share(p.path, BOTTLENECK, window)
+        rtt[i] = srtt_min_s(p.path)
+        q[i] = queue_stats(p)
+        print(
+            f"K={k} B (rule {rule:.0f} B): utilization {util[i]:.3f}, queue empty {empty[i]:.3f} of the steady "
+            f"window (model: swing {m.amplitude:.1f} frames, bottom {m.q_min:+.1f}, empty {m.empty_share:.2f}), "
+            f"srtt min {rtt[i] * 1e3:.1f} ms, {q[i]}"
+        )
+    for i, k in enumerate(kb):
         exp.expect(
-            base_rtt <= rtt[k] <= base_rtt + RTT_EXTRA_MAX_S,
-            f"K={k} B: the smallest srtt is {rtt[k] * 1e3:.1f} ms, not the {base_rtt * 1e3:.0f} ms netem RTT "
+            base_rtt <= rtt[i] <= base_rtt + RTT_EXTRA_MAX_S,
+            f"K={k} B: the smallest srtt is {rtt[i] * 1e3:.1f} ms, not the {base_rtt * 1e3:.0f} ms netem RTT "
             f"(+ up to {RTT_EXTRA_MAX_S * 1e3:.0f} ms)",
         )
-    measured = payload / 8 * rtt[kb[0]] / 7  # the rule at the RTT the flows measured
+    measured = payload / 8 * rtt[0] / 7  # the rule at the RTT the flows measured
+    exp.expect(kb[0] > measured, f"K {kb[0]} B not above C x RTT / 7 = {measured:.0f} B at srtt {rtt[0] * 1e3:.1f} ms")
     exp.expect(
-        kb[0] > measured, f"K {kb[0]} B not above C x RTT / 7 = {measured:.0f} B at srtt {rtt[kb[0]] * 1e3:.1f} ms"
-    )
-    exp.expect(
-        util[kb[0]] >= K_ABOVE_UTIL_MIN,
-        f"utilization {util[kb[0]]:.3f} at K = {kb[0]} B > C x RTT / 7, below {K_ABOVE_UTIL_MIN}",
+        util[0] >= K_ABOVE_UTIL_MIN,
+        f"utilization {util[0]:.3f} at K = {kb[0]} B > C x RTT / 7, below {K_ABOVE_UTIL_MIN}",
     )
     # Drops are judged in the steady window: the flows leaving slow start together at the netem RTT can overshoot the
     # buffer before the first marks act (4 drops there once in CI, none after).
     steady_drops = drops_in_window(big.path, BOTTLENECK, steady_window(big.path, SKIP_S))
     exp.expect(
-        q[kb[0]]["marks"] > 0 and steady_drops == 0,
-        f"K > C x RTT / 7: marks {q[kb[0]]['marks']:.0f}, drops {steady_drops:.0f} in the steady window "
-        f"({q[kb[0]]['drops']:.0f} in all; expected marks, no steady drops)",
+        q[0]["marks"] > 0 and steady_drops == 0,
+        f"K > C x RTT / 7: marks {q[0]['marks']:.0f}, drops {steady_drops:.0f} in the steady window "
+        f"({q[0]['drops']:.0f} in all; expected marks, no steady drops)",
     )
     exp.expect(
-        q[kb[1]]["median"] < q[kb[0]]["median"],
-        f"median queue at K = {kb[1]} B ({q[kb[1]]['median']:.0f} B) not below K = {kb[0]} B's ({q[kb[0]]['median']:.0f} B)",
+        empty[0] <= K_ABOVE_EMPTY_MAX,
+        f"K = {kb[0]} B (above C x RTT / 7): the queue was empty {empty[0]:.3f} of the steady window, over "
+        f"{K_ABOVE_EMPTY_MAX} (the model's queue bottoms at {model[0].q_min:.1f} frames)",
     )
     exp.expect(
-        util[kb[1]] <= util[kb[0]] - K_BELOW_UTIL_LOSS_MIN,
-        f"utilization at K = {kb[1]} B (under C x RTT / 7) {util[kb[1]]:.3f}, not {K_BELOW_UTIL_LOSS_MIN} below "
-        f"K = {kb[0]} B's {util[kb[0]]:.3f}",
+        empty[1] >= K_BELOW_EMPTY_MIN,
+        f"K = {kb[1]} B (under C x RTT / 7): the queue was empty {empty[1]:.3f} of the steady window, under "
+        f"{K_BELOW_EMPTY_MIN} (the model: {model[1].empty_share:.2f})",
+    )
+    exp.expect(
+        q[1]["median"] < q[0]["median"],
+        f"median queue at K = {kb[1]} B ({q[1]['median']:.0f} B) not below K = {kb[0]} B's ({q[0]['median']:.0f} B)",
     )
 
 
