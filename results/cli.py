@@ -3,7 +3,8 @@
 ``python3 -m testbed report --pending DIR``: write every report that was deferred under DIR (``defer_report``: the
 software-emulated guest leaves its scenario reports to the host, where one takes ~3 s instead of 46-72 s).
 
-Never writes into the run records. A complete record's metrics are its own summary.json (what its run computed);
+Never writes into the run records. Under sudo in a user's directory the report is handed to that user
+(``results.handover``). A complete record's metrics are its own summary.json (what its run computed);
 a record without one (an incomplete or failed run) is summarized afresh from its tables, and reported like any
 other, labelled as such. ``--recompute`` summarizes every record afresh (after a metric's definition changed).
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from results import nccl_tests, placement, versus
 from results.compare import Comparison, compare, to_markdown, to_text, write_csv
+from results.handover import plan
 from results.html import reading, render
 from results.metrics import SUMMARY_SCHEMA
 from results.plots import make_plots
@@ -43,9 +45,12 @@ PENDING = "pending.json"
 
 def defer_report(runs: list[Path], out: Path) -> Path:
     """Record that ``out`` should hold the report of ``runs``, for ``report --pending`` to write later."""
+    handover = plan(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / PENDING
     path.write_text(json.dumps({"runs": [str(r) for r in runs]}, indent=1) + "\n")
+    if handover is not None:
+        handover.give(out)
     return path
 
 
@@ -92,7 +97,18 @@ def report_main(argv: list[str]) -> int:
         print(f"report: {exc}", file=sys.stderr)
         return 2
     out = args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    handover = plan(out)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        _write_report(args, runs, out)
+    finally:
+        if handover is not None:
+            handover.give(out)
+    return 0
+
+
+def _write_report(args: argparse.Namespace, runs: list[Run], out: Path) -> None:
+    """The comparison's table, figures and HTML in ``out``, each named on the terminal."""
     cmp = compare(runs, None if args.recompute else recorded_summaries(runs))
     print(to_text(cmp))
     against = versus.to_text(cmp)
@@ -119,7 +135,6 @@ def report_main(argv: list[str]) -> int:
         written += [out / "report.html", out / "plots"]
     print(reading(cmp, notes))
     print(f"{len(runs)} run(s), {len(cmp.rows)} row(s); wrote " + ", ".join(str(p) for p in written))
-    return 0
 
 
 if __name__ == "__main__":

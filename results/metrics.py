@@ -391,6 +391,8 @@ def finish_run(record: RunRecord, status: str = "complete", error: str | None = 
     except Exception as exc:
         record.set("summary_error", f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        record.hand_over()  # summary.json is new since finish handed the record over
 
 
 # The headline metrics every summary carries (computed or not applicable), in table order.

@@ -5,6 +5,7 @@ directory: ``os.mkdir`` is atomic, a clash gets ``-2``, ``-3``...), writes ``man
 ``running`` and the pid, and rewrites it atomically (tmp + fsync + rename) on every ``set``/``update``.
 Reader: ``load_run`` gives a ``Run`` whose ``status`` reads a ``running`` record whose process is gone as
 ``incomplete``; ``find_runs`` accepts run directories and parents of sweeps. See docs/record-format.md.
+Under sudo in a user's directory, a finished record is handed to that user (``results.handover``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from results.handover import Handover, keep_owner, plan
 from results.tables import TableError, TableWriter, read_table, records
 from testbed.errors import TestbedError
 from testbed.spec.schemas import SCHEMAS, TEXT
@@ -86,6 +88,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
         fh.write("\n")
         fh.flush()
         os.fsync(fh.fileno())
+    keep_owner(tmp, path)
     os.replace(tmp, path)
 
 
@@ -96,6 +99,7 @@ class RunRecord:
         self.path = path
         self.manifest = manifest
         self._tables: dict[str, TableWriter] = {}
+        self.handover: Handover | None = None  # set by ``create``: the record's owner when sudo made it
 
     @classmethod
     def create(
@@ -114,6 +118,7 @@ class RunRecord:
         started = now or utc_now()
         variant = dict(variant or {})
         parent = Path(parent)
+        handover = plan(parent)
         parent.mkdir(parents=True, exist_ok=True)
         slug = variant_slug(variant)
         safe_name = re.sub(r"[^A-Za-z0-9._-]+", "-", scenario_name).strip("-") or "run"
@@ -141,6 +146,7 @@ class RunRecord:
         }
         manifest.update(extra or {})
         record = cls(path, manifest)
+        record.handover = handover
         record._write_manifest()
         return record
 
@@ -211,6 +217,13 @@ class RunRecord:
         if error is not None:
             self.manifest["error"] = error
         self._write_manifest()
+        self.hand_over()
+
+    def hand_over(self) -> None:
+        """Give the record, and the directories made for it, to the user sudo ran this for (``results.handover``);
+        nothing otherwise. ``finish`` calls it, and so does whatever writes into the record after that."""
+        if self.handover is not None:
+            self.handover.give(self.path)
 
     def __enter__(self) -> RunRecord:
         return self

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from results.handover import plan
 from results.record import MANIFEST, RunRecord, write_json_atomic
 from testbed.run import RunResult, point_record
 from testbed.spec.scenario import Scenario
@@ -22,7 +23,9 @@ from .workers import ClusterError
 
 def land(archive: bytes, out: Path, worker: Mapping[str, Any]) -> Path:
     """Write a record that came back from a worker under ``out``: unpacked beside it, its manifest given the
-    worker, then renamed whole over a free name reserved as ``RunRecord.create`` reserves one."""
+    worker, then renamed whole over a free name reserved as ``RunRecord.create`` reserves one (and handed to the
+    user sudo ran this for, as a record made here is: ``results.handover``)."""
+    handover = plan(out)
     out.mkdir(parents=True, exist_ok=True)
     incoming = Path(tempfile.mkdtemp(prefix=".incoming-", dir=out))
     try:
@@ -34,6 +37,8 @@ def land(archive: bytes, out: Path, worker: Mapping[str, Any]) -> Path:
         manifest.update({"run_id": target.name, "worker": dict(worker)})
         write_json_atomic(src / MANIFEST, manifest)
         os.rename(src, target)  # over the empty reservation: the record appears whole
+        if handover is not None:
+            handover.give(target)
         return target
     finally:
         shutil.rmtree(incoming, ignore_errors=True)
