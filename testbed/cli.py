@@ -1,4 +1,4 @@
-"""Command line: doctor, clean, cli, run, demo, scheduler, worker, report, bench, vm, calibrate."""
+"""Command line: doctor, clean, cli, run, demo, validate, scheduler, worker, report, bench, vm, calibrate."""
 
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ def _mn_cli(args: argparse.Namespace) -> int:
     from testbed.machine import probe
     from testbed.run import preflight
     from testbed.spec.scenario import load_scenario
+    from testbed.spec.settings import parse_settings
 
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(args.scenario, parse_settings(args.set))
     caps = probe()
     preflight(scenario, caps)  # one line and exit 2 before anything is built
     open_cli(scenario, Path(args.out), caps)
@@ -75,6 +76,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         lock_wait=args.wait,
         cluster=args.cluster or os.environ.get("TESTBED_CLUSTER") or None,
         tls=(args.tls_ca_file, args.tls_cert, args.tls_key),
+        settings=tuple(args.set),
     )
 
 
@@ -113,6 +115,23 @@ def _calibrate(args: argparse.Namespace) -> int:
     return calibrate_main(args.rest)
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from testbed.validate import validate_main
+
+    return validate_main(args.scenario, args.set)
+
+
+def _set_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one scenario key for this command (a dotted key path, as sweep axes name them; VALUE is YAML), "
+        "e.g. --set fabric.host_link.rate=50Mbit; repeatable",
+    )
+
+
 def _tls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca-file", default=None, help="cluster TLS: the CA (else Dask's configuration)")
     p.add_argument("--tls-cert", default=None, help="cluster TLS: this side's certificate")
@@ -142,6 +161,7 @@ def parser() -> argparse.ArgumentParser:
     m = sub.add_parser("cli", help="build a scenario's fabric and open the Mininet CLI on it")
     m.add_argument("scenario")
     m.add_argument("-o", "--out", default="runs/cli", help="where `run JOB` at the prompt records (default runs/cli)")
+    _set_option(m)
     m.set_defaults(fn=_mn_cli)
     for name, helptext in (
         ("run", "run a scenario (every sweep point) and report"),
@@ -154,6 +174,7 @@ def parser() -> argparse.ArgumentParser:
             r.set_defaults(scenario=DEFAULT_SCENARIO)
         r.add_argument("-o", "--out", default="runs", help="parent directory of the run records (default ./runs)")
         r.add_argument("--no-report", action="store_true", help="do not write the comparison report")
+        _set_option(r)
         r.add_argument("--kernel", default=None, help="run inside a pinned stock kernel, e.g. debian-6.1")
         r.add_argument(
             "--wait",
@@ -180,6 +201,10 @@ def parser() -> argparse.ArgumentParser:
         )
         _tls_options(r)
         r.set_defaults(fn=_run)
+    v = sub.add_parser("validate", help="check a scenario file and print each point's plan, without running it")
+    v.add_argument("scenario")
+    _set_option(v)
+    v.set_defaults(fn=_validate)
     sch = sub.add_parser("scheduler", help="start a Dask scheduler for testbed workers (binds to localhost)")
     sch.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
     sch.add_argument("--port", type=int, default=8786)

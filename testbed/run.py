@@ -28,10 +28,8 @@ from results.cli import report_main
 from results.metrics import finish_run
 from results.progress import Progress
 from results.record import RunRecord, load_run
-from testbed.errors import TestbedError
 from testbed.fabric import tc
 from testbed.fabric.build import Fabric
-from testbed.fabric.checks import check_spec
 from testbed.fabric.pfc import pfc_plan
 from testbed.fabric_counters import record_counters, record_path_bytes
 from testbed.failures import EventRunner, LinkFailures
@@ -39,12 +37,11 @@ from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
 from testbed.machine import probe
 from testbed.pfc import start_pfc
-from testbed.preflight import bounds
-from testbed.preflight import budget as pf_budget
 from testbed.preflight.budget import manifest_entry
-from testbed.spec.fields import SpecError
+from testbed.preflight.point import preflight
 from testbed.spec.scenario import Scenario, ScenarioFile, TelemetrySpec, load_scenario_file, resolved
 from testbed.spec.schemas import SCHEMAS
+from testbed.spec.settings import parse_settings
 from testbed.telemetry import PortRef, start_sampler
 from testbed.telemetry.bpfmarks import marks_map_path
 from testbed.telemetry.budget import CpuBudget
@@ -52,8 +49,7 @@ from testbed.telemetry.canary import CanaryConfig, start_canary
 from testbed.telemetry.netstat import snapshot_hosts
 from testbed.telemetry.ports import SenderRef
 from testbed.telemetry.qslots import QslotsConfig, start_qslots
-from testbed.telemetry.qtelem import DRAIN_S, QtPort
-from testbed.telemetry.qtelem import check_config as check_qtelem
+from testbed.telemetry.qtelem import QtPort
 from testbed.vm import guestfit, run_in_guest
 from traffic.base import RunContext
 from traffic.iperf import bulk_senders, fixed_client_ports
@@ -392,34 +388,6 @@ def _link_events(record: RunRecord, scenario: Scenario, fab: Fabric) -> LinkFail
     return failures
 
 
-def preflight(point: Scenario, caps: Capabilities, budget: bool = True) -> None:
-    """Refuse a point this machine cannot run, before anything is built: a SpecError (exit 2) whatever the reason
-    (a missing capability, a guest it does not fit, too many nodes, too long a job, too little CPU).
-
-    ``budget=False`` leaves out the CPU budget, which needs the machine's own calibration: a cluster client judges
-    a worker by its capabilities, and the worker's own preflight judges the budget."""
-    try:
-        topo = check_spec(point.fabric, caps)
-        guestfit.check_fabric(point.fabric)
-        bounds.check_fabric_size(point.fabric)
-        bounds.check_time(point.workload, topo, point.duration_s)
-        if point.telemetry.bpf_queues:
-            check_qtelem(point.telemetry.slot_ns, DRAIN_S, len(topo.ports()))
-            if any(p.link.classes for p in topo.ports()):
-                raise SpecError(
-                    "telemetry.bpf_queues",
-                    "the kernel queue telemetry counts one queue per port; ports with traffic classes have one per "
-                    "class: use the poller (leave bpf_queues out), whose rows hold each port's total",
-                )
-        if budget:
-            pf_budget.require_budget(point, caps)
-    except SpecError:
-        raise
-    except TestbedError as exc:
-        where = ", ".join(f"{k}={v}" for k, v in point.variant)
-        raise SpecError(f"sweep point {where}" if where else "", str(exc)) from exc
-
-
 def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaithful: int = 0) -> list[RunResult]:
     """Run every point; one result per point.
 
@@ -464,6 +432,7 @@ class RunOptions:
     lock_wait: float = 0.0  # seconds to wait for another run's lock
     cluster: str | None = None  # run the points on this Dask scheduler's workers (the CLI reads $TESTBED_CLUSTER)
     tls: tuple[str | None, str | None, str | None] = (None, None, None)  # the cluster's CA, certificate, key
+    settings: tuple[str, ...] = ()  # --set KEY=VALUE, as given (testbed.spec.settings)
 
 
 def _in_guest(args: RunOptions, kernel: str) -> int:
@@ -480,6 +449,7 @@ def _in_guest(args: RunOptions, kernel: str) -> int:
     ]
     argv += ["--no-report"] * (not args.report) + ["--allow-unfaithful"] * bool(args.allow_unfaithful)
     argv += ["--retake-unfaithful", str(args.retake_unfaithful)]
+    argv += [arg for text in args.settings for arg in ("--set", text)]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     res = run_in_guest(argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())], lock_wait=args.lock_wait)
     print(f"guest kernel {res.kernel_version} ({res.accel}), booted in {res.boot_s:.1f} s, exit {res.rc}")
@@ -497,7 +467,7 @@ PointsRunner = Callable[[ScenarioFile, RunOptions], list[RunResult]]
 
 def run_main(args: RunOptions, runner: PointsRunner | None = None) -> int:
     """Run every point (here, or with ``runner``: the cluster client), print where the records are, report."""
-    sf = load_scenario_file(args.scenario)
+    sf = load_scenario_file(args.scenario, parse_settings(args.settings))
     if runner is None and not os.environ.get("TESTBED_GUEST"):
         if args.kernel:
             return _in_guest(args, args.kernel)

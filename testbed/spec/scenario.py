@@ -27,6 +27,7 @@ import copy
 import dataclasses
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -39,6 +40,7 @@ from testbed.spec.fabric import FabricSpec, Override
 from testbed.spec.fields import SpecError, boolean, check_keys, integer, number, sub
 from testbed.spec.placement import PlacementSpec, check_capacity
 from testbed.spec.scaling import apply_scale
+from testbed.spec.settings import Setting, check_against_sweep, naming_setting
 from testbed.spec.topology import Topology
 from testbed.spec.units import Size, UnitError, parse_duration
 from testbed.spec.workload import StepJob, parse_workload
@@ -161,15 +163,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:80]
 
 
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set ``a.b.0.c`` in nested dicts and lists (a number indexes a list, e.g. ``workload.0.servers``)."""
+def _set_path(data: dict[str, Any], dotted: str, value: Any, where: str = "") -> None:
+    """Set ``a.b.0.c`` in nested dicts and lists (a number indexes a list, e.g. ``workload.0.servers``); an error
+    names ``where`` (default ``sweep.a.b.0.c``)."""
+    where = where or f"sweep.{dotted}"
     keys = dotted.split(".")
     node: Any = data
     for i, k in enumerate(keys):
         last = i == len(keys) - 1
         if isinstance(node, list):
             if not k.isdigit() or int(k) >= len(node):
-                raise SpecError(f"sweep.{dotted}", f"{k!r} is not an index of a list of {len(node)} items")
+                raise SpecError(where, f"{k!r} is not an index of a list of {len(node)} items")
             if last:
                 node[int(k)] = value
             else:
@@ -180,7 +184,7 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
             else:
                 node = node.setdefault(k, {})
         else:
-            raise SpecError(f"sweep.{dotted}", f"{'.'.join(keys[:i])!r} is neither a mapping nor a list")
+            raise SpecError(where, f"{'.'.join(keys[:i])!r} is neither a mapping nor a list")
 
 
 def _brief(value: Any, width: int = 60) -> str:
@@ -305,7 +309,25 @@ def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     return data
 
 
-def load_scenario_file(path: str | Path) -> ScenarioFile:
+def apply_settings(data: dict[str, Any], settings: Sequence[Setting]) -> dict[str, Any]:
+    """A copy of a scenario's data with every ``--set`` applied in order (testbed.spec.settings)."""
+    data = copy.deepcopy(data)
+    for s in settings:
+        if s.key == "sweep":
+            data["sweep"] = copy.deepcopy(s.value)
+        elif s.key.startswith("sweep."):
+            sweep = data.get("sweep") or {}
+            if not isinstance(sweep, dict):
+                raise SpecError(str(s), "the file's sweep is not a mapping of key paths to lists")
+            data["sweep"] = {**sweep, s.key.removeprefix("sweep."): copy.deepcopy(s.value)}
+        else:
+            _set_path(data, s.key, copy.deepcopy(s.value), str(s))
+    check_against_sweep([s for s in settings if s.key.split(".")[0] != "sweep"], data.get("sweep"))
+    return data
+
+
+def load_scenario_file(path: str | Path, settings: Sequence[Setting] = ()) -> ScenarioFile:
+    """A scenario file and every point of its sweep, with ``settings`` (``--set KEY=VALUE``) applied first."""
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
@@ -324,15 +346,21 @@ def load_scenario_file(path: str | Path) -> ScenarioFile:
         raise SpecError("", f"{p} is not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise SpecError("", f"{p} must hold a mapping (name, fabric, workload, ...)")
-    sf = expand(resolve_paths(data, p.parent))
+    try:
+        sf = expand(resolve_paths(apply_settings(data, settings), p.parent))
+    except SpecError as exc:
+        raise naming_setting(exc, settings) from None
     return ScenarioFile(sf.base, sf.points, p)
 
 
-def load_scenario(source: str | Path | dict[str, Any]) -> Scenario:
-    """A scenario without its sweep (the base point), from a YAML path or a dict."""
+def load_scenario(source: str | Path | dict[str, Any], settings: Sequence[Setting] = ()) -> Scenario:
+    """A scenario without its sweep (the base point), from a YAML path or a dict, with ``settings`` applied."""
     if isinstance(source, dict):
-        return expand(source).base
-    return load_scenario_file(source).base
+        try:
+            return expand(apply_settings(source, settings)).base
+        except SpecError as exc:
+            raise naming_setting(exc, settings) from None
+    return load_scenario_file(source, settings).base
 
 
 def variant_slug(scenario: Scenario) -> str:

@@ -29,6 +29,7 @@ PY = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 # Every option of `run`, each away from its default (the demo takes the same ones without the scenario)
 OPTIONS = ["--wait", "5", "--kernel", "k", "--no-report", "--allow-unfaithful", "--retake-unfaithful", "1", "-o", "d"]
 OPTIONS += ["--cluster", "tcp://s:8786", "--tls-ca-file", "ca", "--tls-cert", "c", "--tls-key", "k"]
+OPTIONS += ["--set", "repeat=1", "--set", "seed=2"]
 EXPECTED = {
     "out": Path("d"),
     "report": False,
@@ -38,6 +39,7 @@ EXPECTED = {
     "lock_wait": 5.0,
     "cluster": "tcp://s:8786",
     "tls": ("ca", "c", "k"),
+    "settings": ("repeat=1", "seed=2"),
 }
 
 

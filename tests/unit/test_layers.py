@@ -46,6 +46,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "testbed.__main__",
             "testbed.pytest_plugin",
             "testbed.machine",
+            "testbed.plan",
+            "testbed.validate",
             "bench",
         ),
     ),

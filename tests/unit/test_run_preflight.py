@@ -10,6 +10,7 @@ import pytest
 
 from testbed import run as run_mod
 from testbed.host.capabilities import NEEDS, Capabilities
+from testbed.preflight import budget as pf_budget
 from testbed.preflight.budget import BudgetError
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import expand
@@ -47,7 +48,7 @@ def test_a_budget_refusal_is_bad_input_too(monkeypatch: pytest.MonkeyPatch, tmp_
     def over_budget(point: Any, caps: Any) -> None:
         raise BudgetError("needs 1.9 cores of 2 at a 75% budget")
 
-    monkeypatch.setattr(run_mod.pf_budget, "require_budget", over_budget)
+    monkeypatch.setattr(pf_budget, "require_budget", over_budget)
     with pytest.raises(SpecError, match=r"1\.9 cores") as err:
         run_mod.run_file(expand(DELAYED), tmp_path)
     assert isinstance(err.value.__cause__, BudgetError)
