@@ -86,7 +86,7 @@ def line_net(prefix: str = "tbd4", rate: str = "100mbit", limit: int = 300000, m
         ):
             run_checked(["ip", "-n", ns, "link", "set", dev, "mtu", str(mtu), "up"])
             run_checked(["ip", "-n", ns, "addr", "add", addr, "dev", dev])
-        for ns, dev in ((snd, "s0"), (rcv, "c0")):  # packet-level queues (machine.md: GSO super-packets otherwise)
+        for ns, dev in ((snd, "s0"), (rcv, "c0")):  # packet-level queues (GSO super-packets otherwise)
             run_checked(["ip", "-n", ns, "link", "set", "dev", dev, "gso_max_segs", "1"])
         run_checked(["ip", "-n", snd, "route", "add", "default", "via", "10.77.1.2"])
         run_checked(["ip", "-n", rcv, "route", "add", "default", "via", "10.77.2.1"])

@@ -1,4 +1,4 @@
-"""What running a sweep through the cluster client costs, against running it here (issue 20's figure).
+"""What running a sweep through the cluster client costs, against running it here.
 
     /usr/bin/python3 -m bench.cluster_overhead [--points 4] [--runs 2] [--json FILE]
 

@@ -1,4 +1,4 @@
-"""The queue poller against the kernel queue telemetry, side by side under the same traffic (issue 15's benchmark).
+"""The queue poller against the kernel queue telemetry, side by side under the same traffic.
 
     flock /run/tb-dev-emulation.lock /usr/bin/python3 -m bench.qtelem_cost [--seconds 8] [--runs 3] [--json FILE] [--baseline TREE]
 

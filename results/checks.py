@@ -37,7 +37,7 @@ class Thresholds:
     # share of non-empty queue samples allowed to average more than a frame per packet: a stray 2-segment skb
     # (seen once in 60,000 samples of a host queue, gso_max_segs 1) does not make the queue figures meaningless
     gso_share_max: float = 0.001
-    # sender_backlog (testbed/fidelity_senders.py): share of a backlogged sender's samples with nothing to send, or
+    # sender_backlog (results/fidelity_senders.py): share of a backlogged sender's samples with nothing to send, or
     # of its busy time held by the receive window / send buffer; the first and last sender_edge_s are not judged
     sender_short_max: float = 0.05
     sender_edge_s: float = 0.5

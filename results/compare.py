@@ -24,7 +24,7 @@ from results.stats import mean_ci
 
 IGNORED_KEY = re.compile(r"(^|\.)(seed|repeat|repeats|repeat_index|run_id|id|prefix|timestamp|date)$|(_at|_id)$")
 
-# (summary key, header, unit) in the order of issue 5; unit picks the display scale. A header says which figure it
+# (summary key, header, unit) in the order the table shows them; unit picks the display scale. A header says which figure it
 # is where two share a name: busbw is nccl-tests' (size over the mean iteration time), the median iteration's is
 # labelled so; ECMP balance fabric-wide and in the worst group; retransmissions in all and by kind
 COLUMNS: tuple[tuple[str, str, str], ...] = (

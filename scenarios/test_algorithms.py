@@ -1,6 +1,6 @@
 """Ring vs hierarchical all-reduce on a non-blocking and a 3:1 oversubscribed fabric (scenarios/algorithms.yaml).
 
-Reproduces two results from mission.md: (1) ring all-reduce on an uncongested non-blocking fabric takes close
+Reproduces two known results: (1) ring all-reduce on an uncongested non-blocking fabric takes close
 to its ideal time 2(N-1)/N x S / B (nccl-tests' busbw ~ link rate); (2) hierarchical all-reduce cuts inter-rack
 traffic by about the number of GPUs per rack, so it wins over a ring whose every hop crosses racks when the
 uplinks are oversubscribed. Expected cross-spine bytes per iteration: ring 8 x 1.75 S = 14 S, hierarchical

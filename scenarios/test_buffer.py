@@ -1,7 +1,7 @@
 """Buffer depth: drops vs queueing delay, and the buffer-sizing rule.
 
 Reproduces:
-- the buffer-depth trade-off (mission.md, "Reference results"): deeper drop-tail buffers cut drops but add a
+- the buffer-depth trade-off: deeper drop-tail buffers cut drops but add a
   queueing delay of buffer / rate to every packet behind them. With long TCP flows keeping the bottleneck queue
   full, the RTT under load is about buffer * 8 / rate (+ the base RTT, ~0.5 ms here).
 - the buffer-sizing rule of Appenzeller, Keslassy and McKeown ("Sizing Router Buffers", SIGCOMM 2004): with n long

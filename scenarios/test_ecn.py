@@ -1,7 +1,7 @@
 """ECN marking vs drop-tail, and DCTCP vs cubic with ECN.
 
 Reproduces two published results:
-- ECN vs drop-tail under incast (mission.md; Alizadeh et al., "Data Center TCP", SIGCOMM 2010, sections 2 and 4):
+- ECN vs drop-tail under incast (Alizadeh et al., "Data Center TCP", SIGCOMM 2010, sections 2 and 4):
   step marking at K keeps the switch queue short, so incast bursts fit in the buffer: drops and retransmission
   timeouts go away, the completion-time tail of short messages shrinks and the incast is over sooner, while the
   long transfers keep their goodput.

@@ -1,6 +1,6 @@
 """Oversubscription 1:1 vs 2:1 vs 3:1 under a cross-rack ring all-reduce (scenarios/oversubscription.yaml).
 
-Reproduces the rule of thumb in mission.md ("oversubscription 3:1 slows cross-rack collectives by up to 3x when
+Reproduces the rule of thumb ("oversubscription 3:1 slows cross-rack collectives by up to 3x when
 all racks talk at once"), from the bandwidth bound: every leaf sends and receives 2 host links' worth (2 x B) of
 ring traffic through uplinks of 2B / r, so the iteration time is about r times the non-blocking one.
 

@@ -1,4 +1,4 @@
-"""Lossless classes (issue 18): PFC-style pause, as RoCEv2 fabrics run it.
+"""Lossless classes: PFC-style pause, as RoCEv2 fabrics run it.
 
 Reproduces:
 - priority flow control makes an incast lossless, at the cost of head-of-line blocking. A pause stops a port's

@@ -1,7 +1,7 @@
 """Parameter-server incast (scenarios/ps_incast.yaml): 6 workers push 2 MB each to the server(s) on leaf l1.
 
-Reproduces the parameter-server hot spot of mission.md (hub-and-spoke: the server's link carries W x the gradient
-volume; incast at the server's last hop) and the incast results it lists: drop-tail drops at the server's leaf
+Reproduces the parameter-server hot spot (hub-and-spoke: the server's link carries W x the gradient
+volume; incast at the server's last hop) and the known incast results: drop-tail drops at the server's leaf
 downlink; ECN marking at K there removes the drops (and the retransmission timeouts) and keeps the queue shorter;
 a deeper buffer also cuts drops but adds queueing delay of buffer / rate; sharding over P servers divides the
 load per server port and the iteration time (ideal max(W/P, 1) x S / B: 1.93 s for P = 1, 0.97 s for P = 2, from iterations.csv).

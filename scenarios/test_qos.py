@@ -1,4 +1,4 @@
-"""Traffic classes (issue 18): strict priority and weighted shares, as production AI fabrics configure them.
+"""Traffic classes: strict priority and weighted shares, as production AI fabrics configure them.
 
 Reproduces:
 - Strict priority for latency-sensitive traffic (the CNP and control classes of RoCE fabrics; 802.1Qaz's strict

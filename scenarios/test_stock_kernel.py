@@ -3,7 +3,7 @@ experiment, and kernel RED cross-checked against the eBPF marker.
 
 Natively on a kernel without sch_red / netem / tcp_dctcp they skip with what is missing; one guest boot runs them
 all: ``python3 -m testbed vm -- /usr/bin/python3 -m pytest -p no:cacheprovider -m stock_kernel scenarios``. Under
-software emulation (TCG) the guest emulates up to 50 Mbit/s per link faithfully at MTU 9000 (testbed/guestfit.py), so every
+software emulation (TCG) the guest emulates up to 50 Mbit/s per link faithfully at MTU 9000 (testbed/vm/guestfit.py), so every
 scenario here is two or three flows into one host of a 2x2x2 fabric, sampled at 50 Hz: at 50 Mbit/s for the
 cross-check, at 25 Mbit/s for RED and the two DCTCP scenarios, which at 50 Mbit/s fell short when the host ran slow
 (a bottleneck below its rate, kernel DCTCP's goodput and the K experiment's steady utilization below their floors)

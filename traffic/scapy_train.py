@@ -2,8 +2,8 @@
 
 Sender (``python3 -m traffic.scapy_train CONFIG send``, in src's namespace): builds every frame once with scapy
 (Ether/IP with the ECN codepoint/UDP[/BTH with PSN = sequence number]) and sends the prebuilt bytes through ONE
-reused L2 socket: ``burst`` frames back to back per train, ``gap`` seconds between trains (machine.md: per-call
-``sendp`` opens a socket per packet, 41 packets/s; a reused socket ~75k packets/s). One UDP source port per job,
+reused L2 socket: ``burst`` frames back to back per train, ``gap`` seconds between trains (``sendp`` per
+packet opens a socket each time, far too slow for a train). One UDP source port per job,
 as RoCE uses one per queue pair, so ECMP keeps a train on one path (per-packet ports reordered trains here); the
 harness places it (traffic.placement) like a TCP flow's.
 Capture (``... capture``, in dst's namespace): an AF_PACKET socket records (time, sequence, ECN) of every matching

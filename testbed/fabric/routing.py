@@ -4,7 +4,7 @@ Routing is computed, not learned (no routing daemon): ``testbed.spec.topology.co
 routes from the fabric spec, and this module turns them into ``ip`` commands.
 Path prediction asks each router's kernel (``ip route get ... ipproto P sport S dport D``), hop by hop, which
 next hop the flow's hash picks: with ``fib_multipath_hash_policy=3`` and explicit hash fields that answer is
-the path the flow's packets take (machine.md measured this).
+the path the flow's packets take.
 
 Spraying (``ecmp.mode: spray``) is policy routing: an nftables rule at prerouting gives every packet a way
 (``numgen``, 1..W), and way k looks up a table holding each ECMP route's k-th next hop. Each way's table is a

@@ -10,8 +10,8 @@ A port with traffic classes (``classes:``) has one HTB class per traffic class u
 (``class_tc_lines``), each with its own leaf (handle 11:, 12:, ...), and u32 filters on the DSCP at the root.
 A lossless class's leaf is a tbf (``pause_leaf``), which the PFC controller slows to pause it.
 
-Why tc batch lines and not pyroute2: pyroute2 has no bfifo plugin and reports a missing qdisc as EINVAL
-(machine.md), and `tc -batch` stops at the first failing line with its line number, which we turn into an error.
+Why tc batch lines and not pyroute2: pyroute2 has no bfifo plugin and reports a missing qdisc as EINVAL,
+and `tc -batch` stops at the first failing line with its line number, which we turn into an error.
 Random loss uses an nftables ``numgen random`` rule (this kernel has no netem); delay needs netem, applied on an
 ifb at the receiving side so the egress queue above stays the only queue.
 """

@@ -13,8 +13,8 @@ from testbed.spec.classes import Lossless, TrafficClass, check_weights, parse_cl
 from testbed.spec.fields import SpecError, check_keys, choice, integer, number, sub, unit
 from testbed.spec.units import Size, parse_duration, parse_rate, parse_size
 
-# The most this 2-core machine kind emulates faithfully per link (machine.md: one flow is accurate to about
-# 200 Mbit/s; HTB from 100 kbit/s up to that). Scenarios state higher real-world rates with a scale factor.
+# The most this 2-core machine kind emulates faithfully per link (one flow is accurate to about
+# 200 Mbit/s, docs/bench.md; HTB from 100 kbit/s up to that). Scenarios state higher real-world rates with a scale factor.
 MIN_RATE_BPS = 100_000
 MAX_RATE_BPS = 1_000_000_000
 ETH_HEADER = 14

@@ -34,7 +34,7 @@ from testbed.spec.fields import SpecError
 from testbed.spec.link import ETH_HEADER
 from testbed.spec.units import UnitError, parse_duration, parse_rate, parse_size
 
-STACK_LATENCY_S = 30e-6  # per hop, one way, of the emulator (machine.md: kernel timestamps p50 ~34 us end to end)
+STACK_LATENCY_S = 30e-6  # per hop, one way, of the emulator's kernel stack (from kernel timestamps)
 SCALE_KEYS = {"factor", "rtt", "emulated_rtt", "buffers"}
 LINK_SECTIONS = ("host_link", "fabric_link")
 

@@ -1,6 +1,6 @@
 """Per-namespace TCP/IP counters from /proc/net/netstat and /proc/net/snmp -> netstat.csv rows.
 
-nstat keeps its history per user, not per namespace (machine.md), so the files are read as each namespace sees
+nstat keeps its history per user, not per namespace, so the files are read as each namespace sees
 them: a helper thread enters the namespace and reads /proc/thread-self/net/* (``netns.read_proc_net``), which
 costs no process spawn, so it is cheap enough to call during a run as well as at start and end.
 """

@@ -1,6 +1,6 @@
 """TCP_INFO of a socket the generator owns: cwnd, RTT, retransmissions, CE-marked deliveries.
 
-Cheaper than forking ``ss -tin`` per sample (machine.md). Layout from linux/tcp.h ``struct tcp_info``
+Cheaper than forking ``ss -tin`` per sample. Layout from linux/tcp.h ``struct tcp_info``
 (byte offsets on every Linux ABI, the struct has no holes); the fields used:
 
     off  type  field                 unit / meaning

@@ -1,7 +1,7 @@
 """A four-namespace topology for the ECN tests: two senders -> router -> receiver, veth, one bottleneck.
 
 s1 (10.103.1.1) and s2 (10.103.2.1) send to d (10.103.3.1) through r; r's egress towards d is shaped the way
-testbed/tc.py shapes every port (htb root 1:, class 1:1 at the rate, leaf 10:). MTU 1500, gso_max_segs 1 on
+testbed/fabric/tc.py shapes every port (htb root 1:, class 1:1 at the rate, leaf 10:). MTU 1500, gso_max_segs 1 on
 every interface, so the queue holds real 1514-byte frames. Also: a queue sampler (tc -s -j polled in a thread)
 and the receiver's /proc/net/netstat counters.
 """

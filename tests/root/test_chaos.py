@@ -1,6 +1,6 @@
 """Chaos: SIGKILL the harness at seeded random moments of build, traffic and teardown, clean, compare the host.
 
-Issue 16. Each of ``KILLS`` runs starts `testbed run` on a small fabric (DCTCP on every other one, so the BPF
+Each of ``KILLS`` runs starts `testbed run` on a small fabric (DCTCP on every other one, so the BPF
 struct_ops and the allowed-list sysctl are in play where the kernel has no tcp_dctcp), kills it with SIGKILL at a
 moment drawn from a seeded generator over the run's whole life, then runs `testbed clean`. The host must then be
 as it was before the first run: namespaces, root links and routes, the congestion-control sysctls, struct_ops,

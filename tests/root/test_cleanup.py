@@ -154,7 +154,7 @@ telemetry: {queue_hz: 200}
 
 
 def test_killed_run_keeps_its_samples(tmp_path: Path) -> None:
-    """Issue 16: SIGKILL a run mid-traffic, clean, and find its queue rows in the record it left."""
+    """SIGKILL a run mid-traffic, clean, and find its queue rows in the record it left."""
     from results.record import find_runs, load_run
 
     scenario = tmp_path / "killed.yaml"
@@ -202,7 +202,7 @@ def _state_struct_ops(pid: int) -> list[str]:
 
 
 def test_killed_run_leaves_no_struct_ops_or_allowed_cc(tmp_path: Path) -> None:
-    """Issue 16: the BPF DCTCP and the allowed-list words are in the state file before they exist, and clean finds
+    """The BPF DCTCP and the allowed-list words are in the state file before they exist, and clean finds
     the struct_ops by the name it registers. (Where the kernel has tcp_dctcp, nothing is registered: skipped.)"""
     from testbed.host import structops
 
@@ -227,7 +227,7 @@ def test_killed_run_leaves_no_struct_ops_or_allowed_cc(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_right_after_a_namespace_is_attached_leaves_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 20's Ctrl-C test once left `tbXXXX-l2`: the build named a namespace only after attaching it, so a
+    """A Ctrl-C test once left `tbXXXX-l2`: the build named a namespace only after attaching it, so a
     SIGINT between the two left it to `testbed clean`. Here the interrupt comes right after the third attach."""
     from testbed.fabric import build
     from testbed.fabric.build import Fabric

@@ -29,7 +29,7 @@ PY = "/usr/bin/python3"
 
 TINY = """\
 name: cluster-tiny
-description: the smallest routed fabric and one short flow, swept over the buffer (tests/root/test_cluster.py)
+description: the smallest routed fabric and one short flow, swept over the buffer (tests/root/test_cluster_root.py)
 fabric:
   topology: spine-leaf
   spines: 1

@@ -1,4 +1,4 @@
-"""ECN marking and congestion control on the real egress queue (issue 3 acceptance), as root.
+"""ECN marking and congestion control on the real egress queue, as root.
 
 Topology (tests/root/ecn_net.py): s1, s2 -> r -> d; r's egress to d is the 100 Mbit/s bottleneck, htb + bfifo
 300 KB; MTU 1500, gso_max_segs 1 everywhere; tcp_ecn=1 and the congestion control set per namespace.
@@ -192,7 +192,7 @@ def test_step_marking_vs_droptail(net, tmp_path, record_property):
 
 
 def test_dctcp_registration_leaves_no_object_copy(net, build_dir):
-    """Issue 16: build/bpf kept a dctcp-<prefix>.bpf.o per run (every killed run left one). The renamed copy now
+    """build/bpf kept a dctcp-<prefix>.bpf.o per run (every killed run left one). The renamed copy now
     lives only while bpftool registers it: none exists while the BPF DCTCP is registered."""
     _, _, cc = net
     assert hosts_cc(cc, "dctcp") == {"dctcp": "bpf"}

@@ -1,4 +1,4 @@
-"""Emulation tests of the fabric engine (issue 2 acceptance), as root."""
+"""Emulation tests of the fabric engine, as root."""
 
 from __future__ import annotations
 

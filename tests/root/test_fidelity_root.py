@@ -1,6 +1,6 @@
 """Fidelity guardrails on real samples: an 8-flow ring on a 2x4x2 fabric with the telemetry sampler running.
 
-MTU 1500 at 100 Mbit/s per link is CPU-bound on 2 cores (machine.md: slowest flow 0.80) and must be marked not
+MTU 1500 at 100 Mbit/s per link is CPU-bound on 2 cores (docs/bench.md) and must be marked not
 faithful; MTU 9000 at 50 Mbit/s must pass. Holds the bench lock (it measures throughput).
 """
 

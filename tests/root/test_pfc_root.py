@@ -1,5 +1,5 @@
 """PFC-style lossless classes on a built fabric, as root: a 4:1 incast of TCP flows in a lossless class loses no
-packet and records its pauses, and the same incast without `lossless` drops (tests/unit/test_pfc.py has the parts
+packet and records its pauses, and the same incast without `lossless` drops (tests/unit/test_pfc_spec.py has the parts
 that need no kernel)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Telemetry sampler on a real shaped queue (issue 5 acceptance, telemetry part), as root.
+"""Telemetry sampler on a real shaped queue, as root.
 
 Topology (namespaces tbd4-*): snd -> rtr -> rcv, rtr's egress to rcv htb 100 Mbit/s + bfifo 300000 bytes (33
 frames), MTU 9000 (the fabric's default) with gso_max_segs 1 on the hosts; two cubic iperf3 flows fill the queue.

@@ -1,4 +1,4 @@
-"""Issue 4 acceptance on a 2-spine, 4-leaf, 2-hosts-per-leaf fabric at 50 Mbit/s, MTU 9000 (root).
+"""The traffic generators on a 2-spine, 4-leaf, 2-hosts-per-leaf fabric at 50 Mbit/s, MTU 9000 (root).
 
 50 Mbit/s: at 100 the ring broadcast's workers forward 32 KB slices fast enough to be CPU-bound when the
 hypervisor takes the machine (measured/ideal p50 1.27 against 1.25 in one CI pass); the buffers stay in frames.

@@ -52,7 +52,7 @@ CASES = {
     "invalid-yaml": ("name: x\nfabric: {spines: 2\n", ["not valid YAML", "line "]),
     "invalid-yaml-indent": ("name: x\nfabric:\n  spines: 2\n   leaves: 3\n", ["not valid YAML (line 4, column 10)"]),
     "not-a-mapping": ("- name\n- fabric\n", ["must hold a mapping"]),
-    # issue 16: these crashed (TypeError) or were accepted and failed after the build
+    # these crashed (TypeError) or were accepted and failed after the build
     "null-fabric": ("name: x\nfabric: null\n", ["fabric", "expected a mapping"]),
     "zero-duration": ("name: x\n" + GOOD_FABRIC + "duration: 0\n", ["duration", "must be above 0"]),
     "zero-queue-hz": ("name: x\n" + GOOD_FABRIC + "telemetry: {queue_hz: 0}\n", ["telemetry.queue_hz"]),

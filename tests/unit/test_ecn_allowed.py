@@ -41,7 +41,7 @@ def test_close_keeps_what_others_added_meanwhile(fake_sysctl):
 
 
 def test_each_global_change_is_recorded_before_it_is_made(fake_sysctl, monkeypatch, tmp_path):
-    """Issue 16: the state file heard of the sysctl write and the struct_ops registration only after them, so a
+    """The state file heard of the sysctl write and the struct_ops registration only after them, so a
     run killed in between left them behind. The intent now comes first."""
     events: list[tuple[str, object]] = []
     write = ccmod.sysctl_write

@@ -331,7 +331,7 @@ def test_preflight_scaled_down_passes():
 
 
 def test_preflight_matches_measured_ring():
-    # machine.md: 8-flow ring on 2x4x2, 100 Mbit: MTU 1500 CPU-bound (93%), MTU 9000 fine (36%); 50 Mbit: 85%
+    # measured on 2 cores: 8-flow ring on 2x4x2, 100 Mbit: MTU 1500 CPU-bound (93%), MTU 9000 fine (36%); 50 Mbit: 85%
     for rate, mtu, lo, hi in (("100Mbit", 9000, 0.2, 0.5), ("50Mbit", 1500, 0.7, 1.0), ("100Mbit", 1500, 1.0, 2.5)):
         spec = _spec(rate, mtu, hosts_per_leaf=2)
         e = estimate(spec, _ring(spec), TWO_CPUS)

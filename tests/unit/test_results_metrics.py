@@ -122,7 +122,7 @@ def test_queue_p99_is_time_weighted_inside_the_traffic_window(tmp_path: Path) ->
 
 
 def test_marks_total_counts_the_ebpf_markers_marks_once(tmp_path: Path) -> None:
-    """Issue 16: the sampler's queue rows carry a copy of the eBPF marker's counter, and marks.csv has the final
+    """The sampler's queue rows carry a copy of the eBPF marker's counter, and marks.csv has the final
     counter; marks_total was their sum (twice the receivers' CE packets). A marker's port now counts the marker's
     final counter (here above the rows' copy, which ends before the run does); a RED port counts its rows."""
     rows = []

@@ -32,7 +32,7 @@ def _no_run(monkeypatch: pytest.MonkeyPatch, caps: dict[str, Any]) -> None:
 
 
 def test_delay_without_netem_is_refused_as_bad_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Issue 16: a CapabilityError here exited 1, where the README promises 2 for what cannot run here."""
+    """A CapabilityError here exited 1, where the README promises 2 for what cannot run here."""
     caps: dict[str, Any] = {n.key: True for n in NEEDS}
     caps["qdisc.netem"] = False
     _no_run(monkeypatch, caps)

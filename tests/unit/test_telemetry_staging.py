@@ -150,7 +150,7 @@ def test_clean_removes_only_stages_of_dead_owners(tmp_path):
 
 
 def test_clean_recovers_a_killed_runs_stage_into_its_record(tmp_path):
-    """Issue 16: `testbed clean` deleted a killed run's stage, and with it every queue, link and CPU row."""
+    """`testbed clean` deleted a killed run's stage, and with it every queue, link and CPU row."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     run = tmp_path / "runs" / "20261204T000000Z-x"
