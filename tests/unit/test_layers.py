@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "top",
         (
             "testbed.run",
+            "testbed.api",
             "testbed.fabric_counters",
             "testbed.cluster",
             "testbed.cli",
