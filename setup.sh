@@ -19,6 +19,7 @@ APT_PACKAGES=(
   iperf3 tcpdump iperf telnet
   python3 python3-pyroute2 python3-scapy python3-matplotlib python3-numpy python3-pandas python3-yaml python3-pytest python3-hypothesis python3-pexpect python3-scipy
   python3-venv python3-pip python3-distributed openssl
+  python3-nbclient python3-nbformat python3-ipykernel
   clang llvm libbpf-dev bpftool
 )
 
