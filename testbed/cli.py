@@ -132,6 +132,12 @@ def _set_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _lab(args: argparse.Namespace) -> int:
+    from testbed.labsheets import main as lab_main
+
+    return lab_main(args.rest)
+
+
 def _tls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca-file", default=None, help="cluster TLS: the CA (else Dask's configuration)")
     p.add_argument("--tls-cert", default=None, help="cluster TLS: this side's certificate")
@@ -219,6 +225,7 @@ def parser() -> argparse.ArgumentParser:
         ("vm", _vm, "run a command inside a pinned stock kernel (QEMU)"),
         ("bench", _bench, "benchmarks: emulation capacity, build time, sampler, collective fidelity"),
         ("calibrate", _calibrate, "measure this machine's CPU cost per packet (cached; the preflight uses it)"),
+        ("lab", _lab, "a teaching lab: list, show its student sheet (--instructor: the notes), check a fix"),
     ):
         s = sub.add_parser(name, help=helptext, add_help=False)
         s.add_argument("rest", nargs=argparse.REMAINDER)
@@ -226,7 +233,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-PASSTHROUGH = {"report": _report, "vm": _vm, "bench": _bench, "calibrate": _calibrate}
+PASSTHROUGH = {"report": _report, "vm": _vm, "bench": _bench, "calibrate": _calibrate, "lab": _lab}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,9 @@
 
 Mininet's commands (nodes, net, links, dump, pingall, pingpair, iperf, sh, ``NODE CMD``) work on the routed fabric
 once its objects know the fabric's addresses (testbed.fabric.mininet_view). Added at the prompt, each with help:
-``queues``, ``path``, ``tc``, ``run`` and ``report``. A failing command prints its error and the prompt stays; exit,
-Ctrl-D, SIGTERM and SIGHUP (a closed terminal) all tear the fabric down.
+``queues``, ``path``, ``tc``, ``run``, ``report`` and ``lab`` (the sheet of the teaching lab that runs this
+scenario: the student's part, the instructor's notes only when asked). A failing command prints its error and the
+prompt stays; exit, Ctrl-D, SIGTERM and SIGHUP (a closed terminal) all tear the fabric down.
 """
 
 from __future__ import annotations
@@ -182,6 +183,18 @@ class FabricCLI(CLI):  # type: ignore[misc]  # Mininet is untyped
         if not self.records:
             raise RuntimeError("no job has finished in this session (`run JOB` first)")
         report_main([*(str(r) for r in self.records), "-o", str(self.out / "report")])
+
+    def do_lab(self, line: str) -> None:
+        """lab [--instructor]: the student's sheet of the teaching lab that runs this scenario (docs/labs/);
+        --instructor adds the instructor's notes (the fix and the numbers to expect)."""
+        from testbed.labsheets import for_scenario, sheet_text
+
+        if line.strip() not in ("", "--instructor"):
+            raise ValueError("usage: lab [--instructor]")
+        path = for_scenario(self.scenario.name)
+        if path is None:
+            raise ValueError(f"no lab in docs/labs/ runs the scenario {self.scenario.name!r}")
+        output(sheet_text(path, instructor=line.strip() == "--instructor"))
 
 
 def _on_hangup(signum: int, frame: FrameType | None) -> None:

@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "testbed.cluster",
             "testbed.cli",
             "testbed.labcli",
+            "testbed.labsheets",
             "testbed.__main__",
             "testbed.pytest_plugin",
             "testbed.machine",
