@@ -134,13 +134,15 @@ def lab_number(path: Path) -> int:
     return int(path.stem[3:].split("-")[0])
 
 
-def sheets(labs: Path = LABS) -> list[Path]:
+def sheets(labs: Path | None = None) -> list[Path]:
     """Every student sheet, in lab order (lab10 after lab9)."""
+    labs = LABS if labs is None else labs
     return sorted(labs.glob("lab[0-9]*.md"), key=lab_number)
 
 
-def find(name: str, labs: Path = LABS) -> Path:
+def find(name: str, labs: Path | None = None) -> Path:
     """The student sheet of ``lab6``, ``6``, ``lab6-hashing`` or a path to it; LabError lists the labs."""
+    labs = LABS if labs is None else labs
     if Path(name).is_file():
         return Path(name)
     if not labs.is_dir():
@@ -152,8 +154,9 @@ def find(name: str, labs: Path = LABS) -> Path:
     raise LabError(f"no lab {name!r}: the labs are {', '.join(p.stem for p in sheets(labs))}")
 
 
-def for_scenario(scenario_name: str, labs: Path = LABS) -> Path | None:
+def for_scenario(scenario_name: str, labs: Path | None = None) -> Path | None:
     """The student sheet whose run line names a scenario file with this ``name:``, if any."""
+    labs = LABS if labs is None else labs
     root = labs.parents[1]
     for path in sheets(labs):
         for info, body in _blocks(path):
@@ -309,7 +312,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    for path in sheets(LABS):
+    if not LABS.is_dir():
+        raise LabError(f"the lab sheets are in a clone's docs/labs/, and there is none at {LABS}")
+    for path in sheets():
         title = path.read_text().partition("\n")[0].removeprefix("# ")
         print(f"{path.stem:30s} {title}")
     return 0

@@ -188,3 +188,24 @@ def test_break_fix_check_reads_a_run_directory(tmp_path: Path, capsys: pytest.Ca
     assert main(["check", "lab1", str(tmp_path)]) == 2  # an exploration lab has nothing to check
     with pytest.raises(LabError, match="no run record"):
         main(["check", "lab6", str(tmp_path / "empty")])
+
+
+def test_the_testbed_command_passes_lab_through(capsys: pytest.CaptureFixture[str]) -> None:
+    from testbed.cli import main as testbed_main
+
+    assert testbed_main(["lab", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == len(SHEETS) and listed[5].startswith("lab6-hashing")
+    assert testbed_main(["lab", "show", "lab12"]) == 1  # one line, naming the labs
+    assert "no lab 'lab12'" in capsys.readouterr().err
+
+
+def test_without_a_clone_the_lab_commands_say_where_the_sheets_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import testbed.labsheets as labsheets
+
+    monkeypatch.setattr(labsheets, "LABS", tmp_path / "docs" / "labs")
+    for argv in (["list"], ["show", "lab6"]):
+        with pytest.raises(LabError, match="in a clone's docs/labs/"):
+            main(argv)
