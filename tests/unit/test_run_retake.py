@@ -9,6 +9,7 @@ import pytest
 
 from testbed import run as run_mod
 from testbed.host.capabilities import Capabilities
+from testbed.preflight import point as preflight_point
 from testbed.spec.scenario import expand
 from testbed.spec.topology import Topology
 
@@ -31,7 +32,7 @@ def fake_run(monkeypatch: pytest.MonkeyPatch, verdicts: list[bool | None]) -> li
 
     monkeypatch.setattr(run_mod, "run_point", run_point)
     monkeypatch.setattr(run_mod, "probe", lambda: Capabilities())
-    monkeypatch.setattr(run_mod, "check_spec", lambda spec, caps: Topology(spec))  # its checks pass, its topology
+    monkeypatch.setattr(preflight_point, "check_spec", lambda spec, caps: Topology(spec))  # checks pass, its topology
     return calls
 
 
