@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from testbed import entry
 from testbed.errors import TestbedError
 from testbed.spec.fields import SpecError
 
@@ -157,7 +158,8 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m testbed", description="AI-cluster fabric emulation testbed")
+    p = argparse.ArgumentParser(prog="testbed", description="AI-cluster fabric emulation testbed")
+    p.add_argument("--version", action="store_true", help="print the version and the git revision, then exit")
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("doctor", help="what this machine can do, and what is missing")
     d.add_argument("--json", action="store_true")
@@ -238,6 +240,13 @@ PASSTHROUGH = {"report": _report, "vm": _vm, "bench": _bench, "calibrate": _cali
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--version"]:
+        print(entry.version_text())
+        return 0
+    why = entry.refusal(argv[0], argv[1:]) if argv else None
+    if why:  # root, or the emulation modules on this interpreter: one line, before any import fails
+        print(why, file=sys.stderr)
+        return 2
     if argv and argv[0] in PASSTHROUGH:  # these parse their own options (before or after positionals)
         return _guarded(PASSTHROUGH[argv[0]], argparse.Namespace(rest=argv[1:]))
     args = parser().parse_args(argv)
@@ -253,6 +262,11 @@ def _guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
     except KeyboardInterrupt:
         print("interrupted; everything this run created was removed", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        if not entry.is_dependency(exc):
+            raise
+        print(entry.missing_module_line(str(exc.name)), file=sys.stderr)
+        return 1
     except TestbedError as exc:  # the project's own errors: one line (the traceback with TESTBED_DEBUG=1)
         import os
 
