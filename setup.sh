@@ -5,7 +5,9 @@
 #                            this kernel lacks kernel RED, netem or tcp_dctcp) the stock-kernel scenarios in the guest
 #   sudo ./setup.sh stock    only the guest pass: the stock-kernel scenarios inside Debian's stock kernel under QEMU
 #   sudo ./setup.sh install  only install
-# Everything runs on the distribution's /usr/bin/python3, where apt puts mininet, pyroute2, scapy, numpy, ...
+# Everything runs on the distribution's /usr/bin/python3, where apt puts mininet, pyroute2, scapy, numpy, ...; pip
+# adds mlc-chakra and the `testbed` command (an editable install of this clone) in /usr/local. The first install
+# calibrates the machine's CPU cost for the preflight's budget (about 35 s, once).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -18,7 +20,7 @@ APT_PACKAGES=(
   mininet bridge-utils iputils-ping iproute2 ethtool nftables procps psmisc kmod
   iperf3 tcpdump iperf telnet
   python3 python3-pyroute2 python3-scapy python3-matplotlib python3-numpy python3-pandas python3-yaml python3-pytest python3-hypothesis python3-pexpect python3-scipy
-  python3-venv python3-pip python3-distributed openssl
+  python3-venv python3-pip python3-setuptools python3-wheel python3-distributed openssl
   python3-nbclient python3-nbformat python3-ipykernel
   clang llvm libbpf-dev bpftool
 )
@@ -43,6 +45,21 @@ if ! $PY -c 'from chakra.schema.protobuf import et_def_pb2' 2>/dev/null; then
   echo "setup.sh: installing mlc-chakra and protobuf with pip (/usr/local)"
   $PY -m pip install -q --break-system-packages --no-deps 'mlc-chakra==1.0.0' 'protobuf>=6.31.1,<7'
 fi
+# The `testbed` command (/usr/local/bin/testbed) for this interpreter, so that `sudo testbed demo` and `testbed
+# report` work from any directory: an editable install, so this clone stays the code that runs (and its git revision
+# the one `testbed --version` and the records name). --no-deps: apt installed the dependencies above;
+# --no-build-isolation: Debian's setuptools and wheel build it, nothing is downloaded. Skipped when this clone is
+# already the one installed.
+installed_from=$(cd / && $PY -c '
+import json, os
+from importlib.metadata import distribution
+url = json.loads(distribution("ai-fabric-testbed").read_text("direct_url.json") or "{}")
+print(os.path.realpath(url["url"].removeprefix("file://")) if url.get("dir_info", {}).get("editable") else "")
+' 2>/dev/null || true)
+if [ "$installed_from" != "$(pwd -P)" ] || [ ! -x /usr/local/bin/testbed ]; then
+  echo "setup.sh: installing the testbed command for $PY (pip install -e $(pwd -P), /usr/local)"
+  $PY -m pip install -q --break-system-packages --root-user-action=ignore --no-deps --no-build-isolation -e .
+fi
 # The guest pass: every stock_kernel scenario in one boot of Debian's stock kernel (testbed vm installs QEMU and
 # virtme-ng on first use)
 GUEST_PASS=($PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kernel scenarios)
@@ -50,6 +67,14 @@ GUEST_PASS=($PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kern
 write_guest_reports() { $PY -m testbed report --pending "${TESTBED_SCENARIO_RUNS:-runs/scenarios}" >/dev/null; }
 # The eBPF ECN marker and BPF DCTCP, compiled from this repo's C sources for this kernel (build/bpf/)
 $PY -W ignore::RuntimeWarning -m testbed.ecn.build >/dev/null
+# The preflight's CPU budget reads this machine's calibration; without one it falls back to built-in constants
+# (another machine's), which may refuse an ordinary scenario here. Calibrate once, when none matches this machine.
+if ! $PY -c 'from testbed.calibrate.cache import load_matching; raise SystemExit(load_matching() is None)'; then
+  echo "setup.sh: calibrating this machine's CPU cost for the preflight (once, about 35 s: builds a small fabric)"
+  if ! out=$($PY -m testbed calibrate --wait 900 2>&1); then
+    echo "setup.sh: calibration failed, so the preflight uses its built-in estimate: $(tail -n 1 <<<"$out")"
+  fi
+fi
 
 case "${1:-install}" in
   install) echo "setup.sh: ready" ;;

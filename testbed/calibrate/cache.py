@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from testbed.calibrate.record import Calibration, Machine
-from testbed.preflight.model import FALLBACK, CostModel
+from testbed.preflight.model import FALLBACK, STALE, CostModel
 
 CACHE = Path("/var/lib/testbed/calibration.json")
 
@@ -40,10 +41,13 @@ def load_matching(path: Path = CACHE, machine: Machine | None = None) -> Calibra
     return cal
 
 
-def current_model(path: Path = CACHE) -> CostModel:
-    """This machine's calibrated cost model (the cache, when it matches this machine), else ``FALLBACK``."""
-    cal = load_matching(path)
-    return cal.model if cal is not None else FALLBACK
+def current_model(path: Path = CACHE, machine: Machine | None = None) -> CostModel:
+    """This machine's calibrated cost model (the cache, when it matches this machine), else ``FALLBACK``, whose
+    ``source`` says whether there is no calibration or a stale one."""
+    cal = load(path)
+    if cal is None:
+        return FALLBACK
+    return cal.model if cal.matches(machine or Machine.here()) else replace(FALLBACK, source=STALE)
 
 
 def status(path: Path = CACHE, machine: Machine | None = None) -> dict[str, Any]:

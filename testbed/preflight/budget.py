@@ -100,9 +100,9 @@ class BudgetVerdict:
             )
         if self.mtu9000_fits:
             fix += ", or host_link.mtu: 9000 fits as it is"
-        how = "calibrated" if self.model.calibrated else "uncalibrated estimate: run `python3 -m testbed calibrate`"
+        how = "this machine's calibration" if self.model.calibrated else self.model.source
         if not self.enforced:
-            how = "uncalibrated estimate, not enforced: run `python3 -m testbed calibrate`"
+            how += ", not enforced"
         return f"{head}; {fix} ({how}; {BUDGET_ENV} overrides the budget)"
 
 

@@ -42,6 +42,11 @@ KEYFRAME_S = 0.1  # the sampler writes an unchanged queue or link this often (Sa
 QTELEM_PER_CROSSING_S = 1.5e-6
 
 
+# What a refusal says of the built-in constants: an estimate, not this machine's calibration, and why
+NOT_CALIBRATED = "built-in estimate: this machine is not calibrated, run `sudo testbed calibrate`"
+STALE = "built-in estimate: the cached calibration is of another kernel or CPU, run `sudo testbed calibrate`"
+
+
 @dataclass(frozen=True)
 class CostModel:
     """CPU cost coefficients, in core-seconds: forwarding per veth crossing, and the queue sampler."""
@@ -52,7 +57,7 @@ class CostModel:
     sampler_per_netns_s: float = SAMPLER_PER_NETNS_S
     sampler_per_row_s: float = SAMPLER_PER_ROW_S
     calibrated: bool = False
-    source: str = "uncalibrated: built-in constants (run `python3 -m testbed calibrate`)"
+    source: str = NOT_CALIBRATED
 
     def crossing_cost(self, frame_bytes: float) -> float:
         """Core-seconds for one packet of ``frame_bytes`` to cross one veth."""

@@ -121,6 +121,20 @@ def test_cache_round_trip_and_machine_match(tmp_path: Path) -> None:
     assert cal_cache.status(path, MACHINE)["status"] == "calibrated"
 
 
+def test_the_model_says_whether_it_is_this_machines_calibration_or_an_estimate_and_why(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.json"
+    missing = cal_cache.current_model(path, MACHINE)
+    assert missing == FALLBACK and not missing.calibrated and missing.source == pf_model.NOT_CALIBRATED
+    cal_cache.save(synthetic(), path)
+    assert cal_cache.current_model(path, MACHINE).calibrated
+    stale = cal_cache.current_model(path, dataclasses.replace(MACHINE, kernel="6.1.0-28-amd64"))
+    assert not stale.calibrated and stale.source == pf_model.STALE
+    assert stale.per_crossing_s == FALLBACK.per_crossing_s  # the built-in constants, not the other machine's
+    (hot,) = scenario("1Gbit", 1500).points
+    with pytest.raises(BudgetError, match="cached calibration is of another kernel or CPU"):
+        pf_budget.require_budget(hot, TWO_CPUS, stale, env={})
+
+
 def test_cache_missing_or_broken_is_not_calibrated(tmp_path: Path) -> None:
     path = tmp_path / "calibration.json"
     assert cal_cache.load(path) is None and cal_cache.status(path, MACHINE)["status"] == "not calibrated"
@@ -287,7 +301,7 @@ def test_refusal_is_one_line_naming_point_load_budget_and_rate() -> None:
     assert msg.startswith("scenario 'hot' point [buffer=300KB]: predicted CPU load ")
     assert "of 2 cores" in msg and "over the budget of 60%" in msg
     assert "the highest host-link rate that fits is " in msg and "(now 1 Gbit/s" in msg and "Mbit/s" in msg
-    assert "(calibrated;" in msg and "TESTBED_CPU_BUDGET" in msg
+    assert "(this machine's calibration;" in msg and "TESTBED_CPU_BUDGET" in msg
     # a point that fits passes and returns its verdict; an expert may raise the budget
     (ok,) = scenario("10Mbit").points
     assert pf_budget.require_budget(ok, TWO_CPUS, LINEAR, env={}).fits
@@ -310,14 +324,18 @@ def test_an_uncalibrated_estimate_says_so_and_can_be_made_a_warning(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (hot,) = scenario("1Gbit", 1500).points
-    with pytest.raises(BudgetError, match=r"\(uncalibrated estimate: run `python3 -m testbed calibrate`;"):
+    with pytest.raises(
+        BudgetError, match=r"\(built-in estimate: this machine is not calibrated, run `sudo testbed calibrate`;"
+    ):
         pf_budget.require_budget(hot, TWO_CPUS, FALLBACK, env={})
     monkeypatch.setattr(budget, "ENFORCE_UNCALIBRATED", False)
     v = pf_budget.require_budget(hot, TWO_CPUS, FALLBACK, env={})
     assert not v.fits and not v.enforced
     (record,) = [r for r in caplog.records if r.name == "testbed.preflight"]
     assert record.levelname == "WARNING"
-    assert "uncalibrated estimate, not enforced: run `python3 -m testbed calibrate`" in record.getMessage()
+    assert "built-in estimate: this machine is not calibrated, run `sudo testbed calibrate`, not enforced" in (
+        record.getMessage()
+    )
 
 
 def test_a_busiest_interval_that_saturates_is_refused_even_when_the_mean_fits() -> None:
