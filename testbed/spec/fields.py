@@ -173,7 +173,7 @@ def int_list(minimum: int) -> Reader:
             raise SpecError(path, f"expected a non-empty list of integers, got {value!r}")
         return tuple(integer(f"{path}[{i}]", v, minimum) for i, v in enumerate(value))
 
-    return read
+    return Typed(read, "integers", lo=minimum)
 
 
 def durations(path: str, value: Any) -> tuple[float, ...]:
@@ -222,20 +222,36 @@ def size_sweep(path: str, value: Any) -> tuple[int, ...]:
 # --- readers for declared fields: (path, raw value) -> typed value -------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Typed:
+    """A reader made by ``ints``, ``numbers``, ``one_of``, ``hosts`` or ``int_list``, with what it accepts:
+    ``kind`` (integer, number, choice, hosts, integers), its bounds or its choices, so that the scenario reference
+    (testbed.spec.reference) can say so."""
+
+    read: Reader
+    kind: str
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def __call__(self, path: str, value: Any) -> Any:
+        return self.read(path, value)
+
+
 def ints(lo: int, hi: int | None = None) -> Reader:
-    return lambda path, v: integer(path, v, lo, hi)
+    return Typed(lambda path, v: integer(path, v, lo, hi), "integer", lo, hi)
 
 
 def numbers(lo: float, hi: float) -> Reader:
-    return lambda path, v: number(path, v, lo, hi)
+    return Typed(lambda path, v: number(path, v, lo, hi), "number", lo, hi)
 
 
 def one_of(*choices: str) -> Reader:
-    return lambda path, v: choice(path, v, choices)
+    return Typed(lambda path, v: choice(path, v, choices), "choice", choices=choices)
 
 
 def hosts(minimum: int = 1) -> Reader:
-    return lambda path, v: host_list(path, v, minimum)
+    return Typed(lambda path, v: host_list(path, v, minimum), "hosts", lo=minimum)
 
 
 def bytes_(path: str, value: Any) -> int:
@@ -253,16 +269,19 @@ def rate(path: str, value: Any) -> int:
 @dataclass(frozen=True)
 class Declared:
     """How a dataclass field is read from a scenario mapping: its ``reader``, its ``key`` when the scenario's key
-    differs from the attribute's name, and whether the key is ``required``."""
+    differs from the attribute's name, whether the key is ``required``, and ``doc``: what it means, for the
+    scenario reference (docs/scenario-reference.md)."""
 
     reader: Reader
     key: str | None = None
     required: bool = False
+    doc: str = ""
 
 
-def spec_field(default: Any, reader: Reader, *, key: str | None = None, required: bool = False) -> Any:
-    """A frozen dataclass field whose scenario key is read by ``reader``; ``default`` is the typed default."""
-    return dataclasses.field(default=default, metadata={"spec": Declared(reader, key, required)})
+def spec_field(default: Any, reader: Reader, *, key: str | None = None, required: bool = False, doc: str = "") -> Any:
+    """A frozen dataclass field whose scenario key is read by ``reader``; ``default`` is the typed default and
+    ``doc`` what the key means (one line, for the scenario reference)."""
+    return dataclasses.field(default=default, metadata={"spec": Declared(reader, key, required, doc)})
 
 
 def declared(cls: type) -> dict[str, Declared]:

@@ -45,7 +45,11 @@ def placement_seed(seed: int, repeat_index: int) -> int:
 class PlacementSpec:
     """How every flow's source port is chosen (module docstring): ``mode`` per-repeat, fixed or kernel."""
 
-    mode: str = f.spec_field("per-repeat", f.one_of(*MODES))
+    mode: str = f.spec_field(
+        "per-repeat",
+        f.one_of(*MODES),
+        doc="who picks flows' source ports: per-repeat (a placement per repeat), fixed (one for every run) or kernel",
+    )
 
     @classmethod
     def from_dict(cls, data: Any, path: str) -> PlacementSpec:

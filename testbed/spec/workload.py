@@ -55,11 +55,21 @@ NO_RANKS = frozenset({"ranks"})
 
 @dataclass(frozen=True)
 class JobBase:
-    name: str = spec_field("", f.name, required=True)
-    kind: str = spec_field("", f.one_of(*KINDS), required=True)
-    start_after: float = spec_field(0.0, f.duration)
-    cc: str | None = spec_field(None, f.one_of(*CCS))
-    dscp: int | None = spec_field(None, f.ints(0, 63))
+    name: str = spec_field(
+        "", f.name, required=True, doc="the job's name, unique in the scenario (letters, digits, - and _)"
+    )
+    kind: str = spec_field("", f.one_of(*KINDS), required=True, doc="what the job runs")
+    start_after: float = spec_field(0.0, f.duration, doc="time after the workload starts before this job starts")
+    cc: str | None = spec_field(
+        None,
+        f.one_of(*CCS),
+        doc="congestion control of every TCP socket of the job (TCP_CONGESTION); default: the hosts' transport.cc",
+    )
+    dscp: int | None = spec_field(
+        None,
+        f.ints(0, 63),
+        doc="DSCP (0..63) of every packet the job sends: picks its traffic class on ports with classes",
+    )
 
     LEAVE_OUT: ClassVar[frozenset[str]] = frozenset()  # inherited keys this kind does not read
 
@@ -94,11 +104,15 @@ class JobBase:
 
 @dataclass(frozen=True)
 class RankedJob(JobBase):
-    ranks: str | tuple[str, ...] = spec_field("all", f.rank_list)
-    iterations: int = spec_field(10, f.ints(1, 100_000))
-    warmup: int = spec_field(1, f.ints(0, 1000))
-    compute_gap: float = spec_field(0.0, f.duration)
-    timeout: float = spec_field(60.0, f.duration)
+    ranks: str | tuple[str, ...] = spec_field(
+        "all",
+        f.rank_list,
+        doc="the hosts in rank order: all (fabric order), one_per_leaf, leaf_interleaved, or a list of hosts",
+    )
+    iterations: int = spec_field(10, f.ints(1, 100_000), doc="measured iterations")
+    warmup: int = spec_field(1, f.ints(0, 1000), doc="iterations run first and flagged warm-up")
+    compute_gap: float = spec_field(0.0, f.duration, doc="compute time per iteration before its communication")
+    timeout: float = spec_field(60.0, f.duration, doc="time the job may run before it is failed")
 
 
 @dataclass(frozen=True)
@@ -115,13 +129,27 @@ class CollectiveJob(RankedJob):
     connections per rank pair, each carrying an equal share of every block (all-to-all only; default 4 for
     all-to-all: more flows for ECMP to spread)."""
 
-    size: int = spec_field(4_000_000, f.bytes_)
-    sizes: tuple[int, ...] = spec_field((), f.size_sweep)
-    algorithm: str = spec_field("", f.one_of(*dict.fromkeys(a for algs in ALGORITHMS.values() for a in algs)))
-    slice: int = spec_field(32_768, f.bytes_)
-    bucket: int = spec_field(1, f.ints(1, 1024))
-    compression: float = spec_field(1.0, f.numbers(1.0, 1e6))
-    channels: int = spec_field(0, f.ints(1, 64))
+    size: int = spec_field(
+        4_000_000,
+        f.bytes_,
+        doc="the buffer S (nccl-tests' S; the total buffer for allgather, reduce_scatter, alltoall)",
+    )
+    sizes: tuple[int, ...] = spec_field(
+        (), f.size_sweep, doc="instead of size: a sweep of sizes, {min, max, factor} as nccl-tests' -b -e -f, or a list"
+    )
+    algorithm: str = spec_field(
+        "",
+        f.one_of(*dict.fromkeys(a for algs in ALGORITHMS.values() for a in algs)),
+        doc="allreduce ring|hierarchical|tree|halving_doubling, broadcast ring|tree, alltoall pairwise, others ring",
+    )
+    slice: int = spec_field(32_768, f.bytes_, doc="the pipelining unit a rank forwards as soon as it has it")
+    bucket: int = spec_field(
+        1, f.ints(1, 1024), doc="split the buffer into this many buckets, each ready after its share of compute_gap"
+    )
+    compression: float = spec_field(1.0, f.numbers(1.0, 1e6), doc="ratio r: every message carries S/r bytes")
+    channels: int = spec_field(
+        0, f.ints(1, 64), doc="TCP connections per rank pair (alltoall only; default 4 for alltoall, else 1)"
+    )
 
     def __post_init__(self) -> None:  # defaults that depend on the kind (all-to-all: 4 channels)
         if not self.algorithm and self.kind in ALGORITHMS:
@@ -154,7 +182,7 @@ class StepJob(RankedJob):
     collectives; compute times stretch by ``fabric.scale``'s factor like the link rates (``time_scale``, set by the
     scenario, not a scenario key); the step's own compute replaces ``compute_gap``."""
 
-    slice: int = spec_field(32_768, f.bytes_)
+    slice: int = spec_field(32_768, f.bytes_, doc="the pipelining unit a rank forwards as soon as it has it")
     time_scale: float = 1.0
 
     LEAVE_OUT: ClassVar[frozenset[str]] = frozenset({"compute_gap"})
@@ -170,10 +198,24 @@ class TraceJob(StepJob):
     times (ns, us, ms; default ns: ASTRA-sim's cycles at 1 GHz). ``slice`` as for collectives. Each iteration
     replays the whole step; compute times stretch by ``fabric.scale``'s factor like the link rates."""
 
-    format: str = spec_field("", f.one_of("chakra", "astra_text"), required=True)
-    path: str = spec_field("", f.text, required=True)
-    groups: tuple[tuple[str, tuple[int, ...]], ...] = spec_field((), f.rank_groups)
-    time_unit: str = spec_field("ns", f.one_of("ns", "us", "ms"))
+    format: str = spec_field(
+        "",
+        f.one_of("chakra", "astra_text"),
+        required=True,
+        doc="chakra (PATH.RANK.et execution traces) or astra_text (an ASTRA-sim 1.x / SimAI text workload)",
+    )
+    path: str = spec_field(
+        "",
+        f.text,
+        required=True,
+        doc="the trace: chakra's file prefix, or the text workload; relative to the scenario file",
+    )
+    groups: tuple[tuple[str, tuple[int, ...]], ...] = spec_field(
+        (), f.rank_groups, doc="Chakra process groups by pg_name, e.g. {tp0: [0, 1]}"
+    )
+    time_unit: str = spec_field(
+        "ns", f.one_of("ns", "us", "ms"), doc="the text format's unit of compute times (chakra carries its own)"
+    )
 
     def check(self, data: Mapping[str, Any], path: str) -> None:
         if self.format == "chakra" and "time_unit" in data:
@@ -195,16 +237,30 @@ class DdpJob(StepJob):
     of the backward runs; without, every bucket waits for the whole backward. Buckets are all-reduced one after
     another (one communication stream), by ``algorithm`` ring or hierarchical (over every rank)."""
 
-    params: int = spec_field(0, f.ints(0, 10**13))
-    layer_params: tuple[int, ...] = spec_field((), f.int_list(1))
-    layers: int = spec_field(24, f.ints(1, 10_000))
-    bytes_per_param: int = spec_field(4, f.ints(1, 8))
-    forward: tuple[float, ...] = spec_field((), f.durations)
-    backward: tuple[float, ...] = spec_field((), f.durations, required=True)
-    optimizer: float = spec_field(0.0, f.duration)
-    bucket: int = spec_field(25 << 20, f.bytes_)
-    overlap: bool = spec_field(True, f.boolean)
-    algorithm: str = spec_field("ring", f.one_of("ring", "hierarchical"))
+    params: int = spec_field(
+        0, f.ints(0, 10**13), doc="the model's parameters, spread evenly over its layers (or give layer_params)"
+    )
+    layer_params: tuple[int, ...] = spec_field(
+        (), f.int_list(1), doc="parameters per layer, in forward order (instead of params and layers)"
+    )
+    layers: int = spec_field(24, f.ints(1, 10_000), doc="the model's layers")
+    bytes_per_param: int = spec_field(4, f.ints(1, 8), doc="gradient bytes per parameter (4: fp32)")
+    forward: tuple[float, ...] = spec_field(
+        (), f.durations, doc="forward compute per layer: one duration or one per layer (default half of backward)"
+    )
+    backward: tuple[float, ...] = spec_field(
+        (), f.durations, required=True, doc="backward compute per layer: one duration or one per layer"
+    )
+    optimizer: float = spec_field(0.0, f.duration, doc="optimizer compute after the gradients are in")
+    bucket: int = spec_field(25 << 20, f.bytes_, doc="gradient bucket size (DDP's bucket_cap_mb)")
+    overlap: bool = spec_field(
+        True,
+        f.boolean,
+        doc="all-reduce each bucket as soon as its layers' backward is done (false: after the whole backward)",
+    )
+    algorithm: str = spec_field(
+        "ring", f.one_of("ring", "hierarchical"), doc="the buckets' all-reduce: ring or hierarchical"
+    )
 
     @classmethod
     def defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -243,10 +299,14 @@ class PsJob(RankedJob):
     pushes ``size`` bytes of gradients (sharded S/P per server) then pulls ``size`` bytes back, all workers at
     once."""
 
-    workers: tuple[str, ...] = spec_field((), f.hosts(), required=True)
-    servers: tuple[str, ...] = spec_field((), f.hosts(), required=True)
-    size: int = spec_field(4_000_000, f.bytes_)
-    slice: int = spec_field(32_768, f.bytes_)
+    workers: tuple[str, ...] = spec_field(
+        (), f.hosts(), required=True, doc="the worker hosts: each pushes size bytes of gradients, then pulls them back"
+    )
+    servers: tuple[str, ...] = spec_field(
+        (), f.hosts(), required=True, doc="the parameter server hosts (the gradients sharded over them)"
+    )
+    size: int = spec_field(4_000_000, f.bytes_, doc="bytes each worker pushes and pulls per iteration")
+    slice: int = spec_field(32_768, f.bytes_, doc="the pipelining unit")
 
     LEAVE_OUT: ClassVar[frozenset[str]] = NO_RANKS
 
@@ -262,13 +322,15 @@ class PipelineJob(RankedJob):
     ``gradient`` message sizes, ``compute`` time per micro-batch per stage forward (``compute_bwd`` backward,
     default = ``compute``), ``schedule`` gpipe|1f1b (``ranks`` is not used)."""
 
-    stages: tuple[str, ...] = spec_field((), f.hosts(2), required=True)
-    microbatches: int = spec_field(8, f.ints(1, 10_000))
-    activation: int = spec_field(1_000_000, f.bytes_)
-    gradient: int = spec_field(1_000_000, f.bytes_)
-    compute: float = spec_field(0.05, f.duration)
-    compute_bwd: float = spec_field(0.05, f.duration)
-    schedule: str = spec_field("gpipe", f.one_of("gpipe", "1f1b"))
+    stages: tuple[str, ...] = spec_field((), f.hosts(2), required=True, doc="the stage hosts, in stage order")
+    microbatches: int = spec_field(8, f.ints(1, 10_000), doc="micro-batches per iteration")
+    activation: int = spec_field(1_000_000, f.bytes_, doc="bytes of activations a stage sends forward per micro-batch")
+    gradient: int = spec_field(1_000_000, f.bytes_, doc="bytes of gradients a stage sends backward per micro-batch")
+    compute: float = spec_field(0.05, f.duration, doc="forward compute per micro-batch per stage")
+    compute_bwd: float = spec_field(
+        0.05, f.duration, doc="backward compute per micro-batch per stage (default: compute)"
+    )
+    schedule: str = spec_field("gpipe", f.one_of("gpipe", "1f1b"), doc="gpipe or 1f1b")
 
     LEAVE_OUT: ClassVar[frozenset[str]] = NO_RANKS
 
@@ -288,16 +350,18 @@ class IperfJob(JobBase):
     fixed, fixed source ports make every flow's path, and so the collision pattern, the same in every run. The
     server listens on 5201 + the job's index."""
 
-    src: str = spec_field("", f.host, required=True)
-    dst: str = spec_field("", f.host, required=True)
-    proto: str = spec_field("tcp", f.one_of("tcp", "udp"))
-    rate_bps: int | None = spec_field(None, f.rate, key="rate")
-    duration: float = spec_field(5.0, f.duration)
-    parallel: int = spec_field(1, f.ints(1, 128))
-    on: float | None = spec_field(None, f.duration)
-    off: float | None = spec_field(None, f.duration)
-    interval: float = spec_field(0.1, f.duration)
-    cport: int | None = spec_field(None, f.ints(1024, 65535))
+    src: str = spec_field("", f.host, required=True, doc="the sending host")
+    dst: str = spec_field("", f.host, required=True, doc="the receiving host")
+    proto: str = spec_field("tcp", f.one_of("tcp", "udp"), doc="tcp or udp")
+    rate_bps: int | None = spec_field(None, f.rate, key="rate", doc="udp's target rate, or a cap on tcp")
+    duration: float = spec_field(5.0, f.duration, doc="how long it sends (whole seconds)")
+    parallel: int = spec_field(1, f.ints(1, 128), doc="parallel streams")
+    on: float | None = spec_field(None, f.duration, doc="on/off cycling: seconds each client runs (with off)")
+    off: float | None = spec_field(None, f.duration, doc="on/off cycling: seconds between clients (with on)")
+    interval: float = spec_field(0.1, f.duration, doc="interval of iperf3's JSON samples")
+    cport: int | None = spec_field(
+        None, f.ints(1024, 65535), doc="the client's source port (stream i binds cport + i); default ephemeral"
+    )
 
     def check(self, data: Mapping[str, Any], path: str) -> None:
         if self.src == self.dst:
@@ -332,11 +396,15 @@ class RttProbeJob(JobBase):
     see, head-of-line waiting and retransmissions included) or ``udp`` (a datagram each, as irtt: a loss is a
     loss)."""
 
-    pairs: tuple[tuple[str, str], ...] = spec_field((), f.host_pairs, required=True)
-    interval: float = spec_field(0.01, f.duration)
-    size: int = spec_field(64, f.bytes_)
-    duration: float = spec_field(5.0, f.duration)
-    proto: str = spec_field("tcp", f.one_of("tcp", "udp"))
+    pairs: tuple[tuple[str, str], ...] = spec_field(
+        (), f.host_pairs, required=True, doc="[src, dst] host pairs to probe"
+    )
+    interval: float = spec_field(0.01, f.duration, doc="time between probes (at least 1 ms)")
+    size: int = spec_field(64, f.bytes_, doc="bytes per request")
+    duration: float = spec_field(5.0, f.duration, doc="how long it probes")
+    proto: str = spec_field(
+        "tcp", f.one_of("tcp", "udp"), doc="tcp (one connection, requests pipelined) or udp (a datagram each)"
+    )
 
     def check(self, data: Mapping[str, Any], path: str) -> None:
         if self.interval < MIN_PROBE_INTERVAL_S:
@@ -359,13 +427,15 @@ class ShortFlowsJob(JobBase):
     ``senders`` (host list), ``receiver``, ``sizes``: a list of [size, weight] (size distribution; one size: a
     single item), ``seed`` of the size draw, ``timeout``."""
 
-    senders: tuple[str, ...] = spec_field((), f.hosts(), required=True)
-    receiver: str = spec_field("", f.host, required=True)
-    sizes: tuple[tuple[int, float], ...] = spec_field(((100_000, 1.0),), f.size_distribution)
-    count: int = spec_field(20, f.ints(1, 100_000))
-    concurrency: int = spec_field(1, f.ints(1, 1000))
-    seed: int = spec_field(1, f.ints(0, 2**31))
-    timeout: float = spec_field(60.0, f.duration)
+    senders: tuple[str, ...] = spec_field((), f.hosts(), required=True, doc="the sending hosts")
+    receiver: str = spec_field("", f.host, required=True, doc="the receiving host")
+    sizes: tuple[tuple[int, float], ...] = spec_field(
+        ((100_000, 1.0),), f.size_distribution, doc="flow size, or a list of [size, weight]: the size distribution"
+    )
+    count: int = spec_field(20, f.ints(1, 100_000), doc="flows per sender (shortflows), or rounds (incast)")
+    concurrency: int = spec_field(1, f.ints(1, 1000), doc="flows open at once per sender (shortflows)")
+    seed: int = spec_field(1, f.ints(0, 2**31), doc="seed of the size draw")
+    timeout: float = spec_field(60.0, f.duration, doc="time the job may run before it is failed")
 
     def check(self, data: Mapping[str, Any], path: str) -> None:
         if self.receiver in self.senders:
@@ -378,15 +448,17 @@ class ScapyTrainJob(JobBase):
     ``size`` bytes (IP packet), ``gap`` seconds between bursts, ``payload`` roce (UDP 4791 + BTH) or udp, ``ecn``
     ect0|ect1|not_ect|ce, ``capture``: record what arrives at dst (counts, CE marks, order)."""
 
-    src: str = spec_field("", f.host, required=True)
-    dst: str = spec_field("", f.host, required=True)
-    trains: int = spec_field(10, f.ints(1, 100_000))
-    burst: int = spec_field(32, f.ints(1, 100_000))
-    size: int = spec_field(1000, f.ints(64, 9000))
-    gap: float = spec_field(0.01, f.duration)
-    payload: str = spec_field("roce", f.one_of("roce", "udp"))
-    ecn: str = spec_field("ect0", f.one_of("ect0", "ect1", "not_ect", "ce"))
-    capture: bool = spec_field(True, f.boolean)
+    src: str = spec_field("", f.host, required=True, doc="the sending host")
+    dst: str = spec_field("", f.host, required=True, doc="the receiving host")
+    trains: int = spec_field(10, f.ints(1, 100_000), doc="bursts sent")
+    burst: int = spec_field(32, f.ints(1, 100_000), doc="back-to-back packets per burst")
+    size: int = spec_field(1000, f.ints(64, 9000), doc="bytes per IP packet")
+    gap: float = spec_field(0.01, f.duration, doc="time between bursts")
+    payload: str = spec_field("roce", f.one_of("roce", "udp"), doc="roce (UDP 4791 + BTH) or udp")
+    ecn: str = spec_field(
+        "ect0", f.one_of("ect0", "ect1", "not_ect", "ce"), doc="the packets' ECN codepoint: ect0, ect1, not_ect or ce"
+    )
+    capture: bool = spec_field(True, f.boolean, doc="record what arrives at dst (counts, CE marks, order)")
 
     def check(self, data: Mapping[str, Any], path: str) -> None:
         if self.src == self.dst:
