@@ -46,11 +46,15 @@ PLACEHOLDER = re.compile(r"[<{*?]|(?<![A-Za-z0-9])[A-Z][A-Z0-9_]*(?![a-z0-9])")
 OUTSIDE = re.compile(r"\b(?:machine|mission|style)\.md\b|\bbrief/|\bissues? #?\d+\b", re.IGNORECASE)
 
 
+def _git(*args: str) -> list[str]:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.split("\0")
+
+
 @cache
 def tracked() -> frozenset[str]:
-    """The repository's files (tracked by git, and still on disk)."""
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    return frozenset(p for p in out.split("\0") if p and (REPO / p).exists())
+    """The repository's files (committed or staged, and still on disk)."""
+    names = set(_git("ls-files", "-z")) | set(_git("ls-tree", "-r", "-z", "--name-only", "HEAD"))
+    return frozenset(p for p in names if p and (REPO / p).exists())
 
 
 @cache
