@@ -159,7 +159,7 @@ class FabricSpec:
                         f"{ratio} with {spec.hosts_per_leaf} hosts at {host.rate_bps} bit/s and {spec.spines} spines "
                         f"needs uplinks of {float(derived):.0f} bit/s, but fabric_link.rate is {given} bit/s: give one of the two",
                     )
-            fab_data["rate"] = int(round(derived))
+            fab_data["rate"] = f"{int(round(derived))}bit"
         fabric = LinkSpec.from_dict(fab_data, sub(path, "fabric_link"), base=host)
 
         raw_overrides = data.get("overrides", []) or []

@@ -38,7 +38,7 @@ def _error(classes: Any, **link: Any) -> str:
 def test_classes_parse_with_the_links_buffer_and_marking_as_defaults() -> None:
     link = _fabric().host_link
     ctrl, bulk, storage = link.classes
-    assert ctrl.strict and ctrl.dscp == (46, 48) and link.class_buffer(ctrl).value == 50_000
+    assert ctrl.strict and ctrl.dscp == (46, 48) and link.class_buffer(ctrl).value == 51_200
     assert link.class_buffer(bulk) == link.buffer and link.class_marking(bulk) == link.marking
     assert (bulk.weight, storage.weight) == (3, 1)
 
@@ -76,7 +76,7 @@ def test_a_bad_class_is_one_line_naming_its_key(classes: Any, where: str, why: s
 
 def test_a_class_threshold_above_its_own_buffer_is_refused() -> None:
     classes = [{"name": "a", "dscp": 0, "weight": 1, "buffer": "50KB", "ecn": {"mode": "step", "k": "60KB"}}]
-    assert "classes[0].ecn.k: threshold 60000 bytes is above the buffer (50000 bytes)" in _error(classes)
+    assert "classes[0].ecn.k: threshold 61440 bytes is above the buffer (51200 bytes)" in _error(classes)
 
 
 def test_htb_plan_strict_levels_first_and_quanta_in_the_weights_ratio() -> None:
@@ -90,7 +90,7 @@ def test_port_lines_hold_a_class_a_leaf_and_a_filter_per_dscp() -> None:
     assert lines[0].endswith("htb default 12")  # the class with DSCP 0
     assert sum(" u32 match ip dsfield " in ln for ln in lines) == 4
     assert f"filter add dev {port.dev} parent 1: protocol ip prio 1 u32 match ip dsfield 0xb8 0xfc flowid 1:11" in lines
-    assert f"qdisc add dev {port.dev} parent 1:11 handle 11: bfifo limit 50000" in lines
+    assert f"qdisc add dev {port.dev} parent 1:11 handle 11: bfifo limit 51200" in lines
     assert any("classid 1:12 htb rate 1000bit ceil 100000000bit" in ln and "prio 7 quantum 27042" in ln for ln in lines)
     assert not any("handle 10:" in ln for ln in lines)
 

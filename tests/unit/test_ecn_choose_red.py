@@ -37,7 +37,7 @@ RAMP = {"mode": "ramp", "kmin": "30KB", "kmax": "90KB", "pmax": 0.1}
 
 def test_step_translation_is_as_instantaneous_as_tc_allows():
     p = red_params(link(STEP).marking, link(STEP))
-    assert (p["min"], p["max"], p["limit"], p["avpkt"]) == (30_000, 30_001, 300_000, 1514)
+    assert (p["min"], p["max"], p["limit"], p["avpkt"]) == (30_720, 30_721, 307_200, 1514)
     assert p["wlog"] == 1 and p["ewma_weight"] == 0.5
     assert ewma_wlog(p["min"], p["burst"], p["avpkt"]) == 1
     assert ewma_wlog(p["min"], p["burst"] - 1, p["avpkt"]) == -1  # the smallest burst tc accepts
@@ -51,15 +51,15 @@ def test_red_args_are_tc_syntax():
     assert args == [
         "red",
         "limit",
-        "300000",
+        "307200",
         "min",
-        "30000",
+        "30720",
         "max",
-        "30001",
+        "30721",
         "avpkt",
         "1514",
         "burst",
-        "20",
+        "21",
         "probability",
         "0.999",
         "bandwidth",
@@ -73,7 +73,7 @@ def test_red_args_are_tc_syntax():
 def test_ramp_probability_compensates_reds_count_spacing():
     lk = link(RAMP)
     p = red_params(lk.marking, lk)
-    assert (p["min"], p["max"]) == (30_000, 90_000)
+    assert (p["min"], p["max"]) == (30_720, 92_160)
     assert p["probability"] == pytest.approx(0.1 / 1.9, rel=1e-4)
     # Linux red_mark_probability: mark when p_b * count >= U, U uniform, count reset after a mark.
     rng, marks, count, n = random.Random(1), 0, 0, 200_000
@@ -106,8 +106,8 @@ def test_off_has_no_red():
 
 
 def test_leaf_is_fifo_for_droptail_and_bpf():
-    assert leaf_qdisc_args(link().marking, link(), "kernel") == ["bfifo", "limit", "300000"]
-    assert leaf_qdisc_args(link(STEP).marking, link(STEP), "bpf") == ["bfifo", "limit", "300000"]
+    assert leaf_qdisc_args(link().marking, link(), "kernel") == ["bfifo", "limit", "307200"]
+    assert leaf_qdisc_args(link(STEP).marking, link(STEP), "bpf") == ["bfifo", "limit", "307200"]
 
 
 def test_choose_auto():
@@ -134,9 +134,9 @@ def test_choose_droptail_needs_nothing():
 
 def test_marker_config_layout():
     mode, low, high, pmax = struct.unpack("<IIII", config_bytes(link(RAMP).marking, link(RAMP)))
-    assert (mode, low, high) == (2, 30_000, 90_000) and pmax == round(0.1 * 0xFFFFFFFF)
+    assert (mode, low, high) == (2, 30_720, 92_160) and pmax == round(0.1 * 0xFFFFFFFF)
     mode, low, high, pmax = struct.unpack("<IIII", config_bytes(link(STEP).marking, link(STEP)))
-    assert (mode, low, high, pmax) == (1, 30_000, 30_000, 0xFFFFFFFF)
+    assert (mode, low, high, pmax) == (1, 30_720, 30_720, 0xFFFFFFFF)
 
 
 @pytest.mark.parametrize(

@@ -355,7 +355,7 @@ def test_scale_keep_divides_rates_only():
     assert "scale" not in emu and raw["scale"] == 4000  # input untouched
     spec = FabricSpec.from_dict(emu)
     assert spec.host_link.rate_bps == 100_000_000 and spec.fabric_link.rate_bps == 200_000_000
-    assert spec.host_link.buffer_bytes == 32_000_000 and spec.host_link.marking.k.value == 1_000_000
+    assert spec.host_link.buffer_bytes == 32 * 2**20 and spec.host_link.marking.k.value == 2**20
     assert emu["overrides"][0]["rate"] == "50Mbit"
     assert notes["factor"] == 4000 and notes["links"][0]["rate"] == {"real": "400Gbit", "emulated": "100Mbit"}
     assert any("propagation delay" in n for n in notes["not_scaled"])
@@ -368,11 +368,11 @@ def test_scale_bdp_keeps_bdp_multiples():
         "host_link": {"rate": "400Gbit", "buffer": "32MB", "mtu": 9000, "ecn": {"mode": "step", "k": "1MB"}},
     }
     emu, notes = apply_scale(raw)
-    # real BDP 400G x 10us = 500 KB; emulated 100M x 1ms = 12.5 KB; 32 MB = 64 BDP -> 800 KB; K 2 BDP -> 25 KB
+    # real BDP 400G x 10us = 500,000 B; emulated 100M x 1ms = 12,500 B; 32 MB (2**25 B) = 67.1 BDP; K = 2.1 BDP
     spec = FabricSpec.from_dict(emu)
-    assert spec.host_link.buffer_bytes == 800_000
-    assert spec.host_link.marking.k.value == 25_000
-    assert notes["links"][0]["buffer"]["bdp_multiple"] == 64.0
+    assert spec.host_link.buffer_bytes == 838_861  # 2**25 * 12,500 / 500,000, rounded
+    assert spec.host_link.marking.k.value == 26_214
+    assert notes["links"][0]["buffer"]["bdp_multiple"] == 67.109
     assert notes["links"][0]["bdp_bytes"] == {"real": 500000, "emulated": 12500}
 
 

@@ -28,15 +28,15 @@ def test_sizes_like_nccl_tests_b_e_f() -> None:
     job = _job(sizes={"min": "64KiB", "max": "16MiB", "factor": 2})
     assert job.sizes == tuple(65536 << i for i in range(9))
     assert job.size == 16 << 20 and job.wire_sizes == job.sizes
-    assert _job(sizes=["1KB", "4KB"], compression=2).wire_sizes == (500, 2000)
-    assert _job(size="1MB").wire_sizes == (1_000_000,)
+    assert _job(sizes=["1KB", "4KB"], compression=2).wire_sizes == (512, 2048)
+    assert _job(size="1MB").wire_sizes == (1_048_576,)
 
 
 @pytest.mark.parametrize(
     ("sizes", "extra", "where"),
     [
         ({"min": "64KB", "max": "16MB"}, {"size": "1MB"}, "workload[0].sizes: give size or sizes"),
-        ({"min": "2KB", "max": "1KB"}, {}, "workload[0].sizes.max: 1,000 bytes is below min"),
+        ({"min": "2KB", "max": "1KB"}, {}, "workload[0].sizes.max: 1,024 bytes is below min"),
         (["2KB", "1KB"], {}, "workload[0].sizes[1]: sizes must increase"),
         ({"min": "1KB", "max": "4KB", "step": 2}, {}, "workload[0].sizes.step: unknown key"),
         ({"min": "1KB", "max": "4KB", "factor": 1}, {}, "workload[0].sizes.factor"),
@@ -56,7 +56,7 @@ def test_preflight_counts_every_size() -> None:
     job = _job(sizes=["1MB", "2MB", "4MB"], iterations=2, warmup=1)
     need = job_need(job, topo)
     rate = max(p.link.payload_rate_bps for p in topo.ports()) / 8
-    ideal = [formulas.ideal_time("allreduce", "ring", 4, s, rate) for s in (1e6, 2e6, 4e6)]
+    ideal = [formulas.ideal_time("allreduce", "ring", 4, s, rate) for s in (2**20, 2**21, 2**22)]
     assert need.key == "sizes" and need.iteration_s == pytest.approx(ideal[-1])
     assert need.total_s == pytest.approx(3 * sum(ideal))
 

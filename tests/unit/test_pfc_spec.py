@@ -39,7 +39,7 @@ def _fabric(classes: Any = None, buffer: str = "300KB", hosts: int = 2) -> Fabri
 
 def test_lossless_parses_with_xon_half_of_xoff() -> None:
     rdma = _fabric().host_link.classes[0]
-    assert rdma.lossless is not None and (rdma.lossless.xoff.value, rdma.lossless.xon.value) == (40_000, 20_000)
+    assert rdma.lossless is not None and (rdma.lossless.xoff.value, rdma.lossless.xon.value) == (40_960, 20_480)
     assert _fabric(_classes("4pkt", xon="2pkt")).host_link.classes[0].lossless.xon.unit == "packets"  # type: ignore[union-attr]
 
 
@@ -61,7 +61,7 @@ def test_plan_watches_router_queues_and_pauses_the_ports_that_feed_them() -> Non
     topo = Topology(_fabric())
     plan = pfc_plan(topo.ports())
     assert {q.router for q in plan.queues} == {"l1", "l2", "s1"}  # hosts hold no router queue
-    assert all(q.xoff == 40_000 and q.xon == 20_000 and q.minor == 0x11 for q in plan.queues)
+    assert all(q.xoff == 40_960 and q.xon == 20_480 and q.minor == 0x11 for q in plan.queues)
     l1 = sorted((f.upstream, f.bit) for f in plan.feeds if f.router == "l1")
     assert l1 == [("l1h1", 0), ("l1h2", 1), ("s1", 2)]  # bits per router, in port order
     s1_feed = next(f for f in plan.feeds if f.upstream == "s1" and f.router == "l1")
@@ -75,7 +75,7 @@ def test_a_buffer_without_headroom_is_refused_with_the_numbers() -> None:
     with pytest.raises(SpecError) as err:
         check_headroom(pfc_plan(topo.ports()))
     msg = str(err.value)
-    assert "class rdma" in msg and "110000 bytes" in msg and "2 ingress ports" in msg
+    assert "class rdma" in msg and "112640 bytes" in msg and "2 ingress ports" in msg
     check_headroom(pfc_plan(Topology(_fabric(buffer="120KB")).ports()))
 
 
@@ -107,7 +107,7 @@ def test_two_lossless_classes_on_one_dscp_at_a_router_are_refused() -> None:
 def test_a_lossless_class_queues_in_a_tbf_that_pauses_to_a_crawl() -> None:
     port = next(p for p in Topology(_fabric()).ports() if p.name == "s1->l1")
     lines = tc.port_tc_lines(port)
-    assert "qdisc add dev s1-l1 parent 1:11 handle 11: tbf rate 10000000000bit burst 9014 limit 300000" in lines
+    assert "qdisc add dev s1-l1 parent 1:11 handle 11: tbf rate 10000000000bit burst 9014 limit 307200" in lines
     assert any(line.startswith("qdisc add dev s1-l1 parent 1:12 handle 12: bfifo") for line in lines)
     assert tc.pause_leaf(port.link, paused=True)[:3] == ["tbf", "rate", f"{tc.PFC_PAUSE_RATE_BPS}bit"]
 

@@ -26,7 +26,7 @@ def test_ring_need_is_its_ideal_time() -> None:
     )
     need = bounds.job_need(sc.workload[0], Topology(sc.fabric))
     payload_Bps = 50e6 * (9000 - 52) / 9014 / 8
-    assert need.iteration_s == pytest.approx(2 * 3 / 4 * 4e6 / payload_Bps)
+    assert need.iteration_s == pytest.approx(2 * 3 / 4 * 4 * 2**20 / payload_Bps)
     assert need.total_s == pytest.approx(11 * need.iteration_s)  # 1 warmup + 10 iterations
 
 
@@ -61,7 +61,7 @@ def test_the_fastest_link_sets_the_bound() -> None:
 
 def test_incast_rounds_at_the_receiver() -> None:
     job = {"kind": "incast", "name": "i", "senders": ["l2h1", "l2h2"], "receiver": "l1h1", "sizes": "10MB"}
-    with pytest.raises(SpecError, match=r"workload\[0\].count: needs at least .*40 flows of at least 10,000,000"):
+    with pytest.raises(SpecError, match=r"workload\[0\].count: needs at least .*40 flows of at least 10,485,760"):
         _check([job], duration="30s")  # 20 rounds x 2 senders x 10 MB at 50 Mbit/s: 64 s
 
 

@@ -289,14 +289,14 @@ def test_flowlet_gap_is_the_most_two_paths_can_differ() -> None:
     """A full buffer on every router-to-router hop of the longest path, at the slowest-draining such port."""
     link = {"rate": "100Mbit", "buffer": "300KB"}
     t = spine_leaf(host_link=link, ecmp={"mode": "flowlet"})
-    assert t.flowlet_gap() == pytest.approx(2 * 300e3 * 8 / 100e6)  # leaf->spine, spine->leaf
+    assert t.flowlet_gap() == pytest.approx(2 * 307_200 * 8 / 100e6)  # leaf->spine, spine->leaf
     slow = spine_leaf(host_link=link, oversubscription="2:1", ecmp={"mode": "flowlet"})
     inner = [p.link for p in slow.ports() if slow.nodes[p.node].is_router and slow.nodes[p.peer].is_router]
     assert slow.flowlet_gap() == pytest.approx(2 * max(lk.buffer_bytes * 8 / lk.rate_bps for lk in inner))
     ft = Topology(
         FabricSpec.from_dict({"topology": "fat-tree", "k": 4, "host_link": link, "ecmp": {"mode": "flowlet"}})
     )
-    assert ft.flowlet_gap() == pytest.approx(4 * 300e3 * 8 / 100e6)  # edge->agg->core->agg->edge
+    assert ft.flowlet_gap() == pytest.approx(4 * 307_200 * 8 / 100e6)  # edge->agg->core->agg->edge
     given = spine_leaf(ecmp={"mode": "flowlet", "gap": "500us", "pick": "random"})
     assert given.flowlet_gap() == pytest.approx(500e-6) and given.spec.ecmp.pick == "random"
 

@@ -51,7 +51,7 @@ def test_load_plain_file(tmp_path: Path) -> None:
         1,
         "native",
     )
-    assert s.fabric.leaves == 2 and s.fabric.host_link.buffer == Size(300_000)
+    assert s.fabric.leaves == 2 and s.fabric.host_link.buffer == Size(307_200)
     assert s.workload == ()
     assert s.variant == () and s.repeat_index == 0
     assert variant_slug(s) == ""
@@ -91,8 +91,8 @@ def test_sweep_cross_product_and_repeats(tmp_path: Path) -> None:
     assert combos[:4] == [("100KB", "off", 0), ("100KB", "off", 1), ("100KB", "off", 2), ("100KB", "step", 0)]
     assert len(set(combos)) == 12
     first, last = sf.points[0], sf.points[-1]
-    assert first.fabric.host_link.buffer == Size(100_000) and first.fabric.host_link.marking.mode == "off"
-    assert last.fabric.host_link.buffer == Size(200_000) and last.fabric.host_link.marking.k == Size(30_000)
+    assert first.fabric.host_link.buffer == Size(102_400) and first.fabric.host_link.marking.mode == "off"
+    assert last.fabric.host_link.buffer == Size(204_800) and last.fabric.host_link.marking.k == Size(30_720)
     assert last.raw["fabric"]["host_link"]["ecn"] == {"mode": "step", "k": "30KB"}
     assert last.raw["fabric"]["host_link"]["rate"] == "100Mbit"  # the rest of the mapping kept
     # every point's slug names its sweep values and its repetition; slugs differ between points

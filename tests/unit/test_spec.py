@@ -49,13 +49,13 @@ def test_marking_off_forms() -> None:
 
 def test_marking_step_and_ramp() -> None:
     step = Marking.from_dict({"mode": "step", "k": "30KB", "impl": "kernel"}, ECN)
-    assert (step.mode, step.k, step.impl) == ("step", Size(30_000), "kernel")
-    assert step.thresholds_bytes(9000) == (30_000, 30_000)
+    assert (step.mode, step.k, step.impl) == ("step", Size(30_720), "kernel")
+    assert step.thresholds_bytes(9000) == (30_720, 30_720)
     assert step.describe() == "ECN K=30KB"
     pk = Marking.from_dict({"mode": "step", "k": "20pkt"}, ECN)
     assert pk.thresholds_bytes(1500) == (20 * 1514, 20 * 1514)
     ramp = Marking.from_dict({"mode": "ramp", "kmin": "20KB", "kmax": "60KB", "pmax": 0.2}, ECN)
-    assert ramp.thresholds_bytes(9000) == (20_000, 60_000)
+    assert ramp.thresholds_bytes(9000) == (20_480, 61_440)
     assert ramp.describe() == "ECN ramp 20KB-60KB p=0.2"
     assert Marking.from_dict({"mode": "ramp", "kmin": "5pkt", "kmax": "5pkt", "pmax": 1}, ECN).pmax == 1.0
 
@@ -117,11 +117,11 @@ def test_link_defaults_and_values() -> None:
 def test_link_base_is_inherited() -> None:
     base = LinkSpec.from_dict({"rate": "10Mbit", "buffer": "50KB", "ecn": {"mode": "step", "k": "20KB"}}, HL)
     child = LinkSpec.from_dict({"rate": "20Mbit"}, "fabric.fabric_link", base=base)
-    assert (child.rate_bps, child.buffer, child.marking) == (20_000_000, Size(50_000), base.marking)
+    assert (child.rate_bps, child.buffer, child.marking) == (20_000_000, Size(51_200), base.marking)
 
 
 def test_link_max_rate_accepted() -> None:
-    assert LinkSpec.from_dict({"rate": MAX_RATE_BPS}, HL).rate_bps == MAX_RATE_BPS
+    assert LinkSpec.from_dict({"rate": f"{MAX_RATE_BPS}bit"}, HL).rate_bps == MAX_RATE_BPS
     assert LinkSpec.from_dict({"rate": "100kbit"}, HL).rate_bps == 100_000
 
 
@@ -156,7 +156,7 @@ def test_link_buffer_exactly_one_frame() -> None:
         ({"loss": -0.01}, f"{HL}.loss", "must be in"),
         ({"delay": "-1ms"}, f"{HL}.delay", "must not be negative"),
         ({"delay": "1h"}, f"{HL}.delay", "unknown time unit"),
-        ({"buffer": "100KB", "ecn": {"mode": "step", "k": "200KB"}}, f"{HL}.ecn.k", "above the buffer (100000 bytes)"),
+        ({"buffer": "100KB", "ecn": {"mode": "step", "k": "200KB"}}, f"{HL}.ecn.k", "above the buffer (102400 bytes)"),
         (
             {"buffer": "100KB", "ecn": {"mode": "ramp", "kmin": "20KB", "kmax": "101KB", "pmax": 0.1}},
             f"{HL}.ecn.kmax",
@@ -250,7 +250,7 @@ def test_fabric_link_inherits_host_link() -> None:
     f = FabricSpec.from_dict(
         {"host_link": {"rate": "10Mbit", "buffer": "64KB", "mtu": 1500}, "fabric_link": {"rate": "20Mbit"}}
     )
-    assert (f.fabric_link.rate_bps, f.fabric_link.buffer, f.fabric_link.mtu) == (20_000_000, Size(64_000), 1500)
+    assert (f.fabric_link.rate_bps, f.fabric_link.buffer, f.fabric_link.mtu) == (20_000_000, Size(65_536), 1500)
     assert f.oversubscription == Fraction(2 * 10, 2 * 20)
 
 
@@ -411,7 +411,7 @@ def test_override_threshold_checked_against_the_port_it_lands_on() -> None:
     spec = FabricSpec.from_dict(
         {"fabric_link": {"buffer": "50KB"}, "overrides": [{"port": "s1->l1", "ecn": {"mode": "step", "k": "100KB"}}]}
     )
-    with pytest.raises(SpecError, match=r"ecn\.k: threshold 100000 bytes is above the buffer \(50000 bytes\)"):
+    with pytest.raises(SpecError, match=r"ecn\.k: threshold 102400 bytes is above the buffer \(51200 bytes\)"):
         Topology(spec)
 
 
@@ -428,7 +428,7 @@ def test_overrides_apply_in_order_and_per_direction() -> None:
     topo = Topology(spec)
     port = {p.name: p for p in topo.ports()}
     assert port["l2->s1"].link.rate_bps == 50_000_000
-    assert (port["s1->l2"].link.rate_bps, port["s1->l2"].link.buffer_bytes) == (20_000_000, 100_000)
+    assert (port["s1->l2"].link.rate_bps, port["s1->l2"].link.buffer_bytes) == (20_000_000, 102_400)
     assert port["l2->s2"].link.rate_bps == 100_000_000
     assert port["l1->l1h1"].link.marking.describe() == "ECN K=30KB"
     assert port["l1h1->l1"].link.marking.mode == "off"

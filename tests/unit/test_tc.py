@@ -19,7 +19,7 @@ def test_bytes_buffer_lines() -> None:
         "qdisc replace dev l1-l1h2 root handle 1: htb default 1",
         "class add dev l1-l1h2 parent 1: classid 1:1 htb rate 100000000bit ceil 100000000bit "
         "burst 18028 cburst 18028 quantum 9014",
-        "qdisc add dev l1-l1h2 parent 1:1 handle 10: bfifo limit 300000",
+        "qdisc add dev l1-l1h2 parent 1:1 handle 10: bfifo limit 307200",
     ]
 
 
@@ -51,7 +51,7 @@ def test_override_reaches_tc() -> None:
     p = ports(overrides=[{"port": "s2->l1", "rate": "20Mbit", "buffer": "50KB"}])
     lines = port_tc_lines(p["s2->l1"])
     assert "rate 20000000bit ceil 20000000bit" in lines[1]
-    assert lines[2].endswith("bfifo limit 50000")
+    assert lines[2].endswith("bfifo limit 51200")
     assert port_tc_lines(p["l1->s2"])[2].endswith("bfifo limit 300000")
 
 

@@ -127,7 +127,7 @@ def test_ps_and_background_jobs_together(tmp_path: Path) -> None:
         ],
     )
     server_recv = sum(s["bytes"] for s in t["steps"] if s["rank"] == "h3" and s["op"] == "recv" and s["iter"] == 1)
-    assert server_recv == 3 * 300_000
+    assert server_recv == 3 * 307_200
     # a UDP request not answered before the next is due is recorded lost (None): on a loaded machine a loopback
     # echo can take that long, so the probe is judged on its schedule and on most requests being answered
     answered = [r["rtt_s"] for r in t["rtt"] if r["rtt_s"] is not None]

@@ -75,7 +75,7 @@ def test_rtt_and_fct() -> None:
     assert statistics.median(r["rtt_s"] for r in rtt) < 0.01
     fct = parse_fct(LOOP, "inc")["fct"]
     assert [r["flow_id"] for r in fct] == list(range(6))
-    assert {r["size_class"] for r in fct} == {"20KB"} and all(r["t_end"] > r["t_start"] for r in fct)
+    assert {r["size_class"] for r in fct} == {"20000B"} and all(r["t_end"] > r["t_start"] for r in fct)
     assert {r["src"] for r in fct} == {"h0", "h1", "h2"} and {r["dst"] for r in fct} == {"h3"}
 
 
@@ -95,7 +95,7 @@ def test_draw_flows_deterministic() -> None:
     a, b = draw_flows(job), draw_flows(job)  # type: ignore[arg-type]
     assert a == b and len(a) == 2 and len(a[0]) == 50
     sizes = [f[1] for f in a[0] + a[1]]
-    assert set(sizes) == {10_000, 1_000_000} and sizes.count(10_000) > sizes.count(1_000_000)
+    assert set(sizes) == {10_240, 1_048_576} and sizes.count(10_240) > sizes.count(1_048_576)
 
 
 def test_trains_and_capture_check() -> None:

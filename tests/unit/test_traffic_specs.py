@@ -11,8 +11,8 @@ from testbed.spec.workload import CollectiveJob, IperfJob, PipelineJob, PsJob, S
 def test_collective_defaults_and_units() -> None:
     job = parse_job({"kind": "allreduce", "name": "ar", "size": "4MB", "compression": 10}, "w[0]")
     assert isinstance(job, CollectiveJob)
-    assert (job.size, job.algorithm, job.iterations, job.warmup, job.slice) == (4_000_000, "ring", 10, 1, 32_768)
-    assert job.wire_size == 400_000
+    assert (job.size, job.algorithm, job.iterations, job.warmup, job.slice) == (4_194_304, "ring", 10, 1, 32_768)
+    assert job.wire_size == 419_430  # 4 MiB / 10, truncated
     assert parse_job({"kind": "alltoall", "name": "a"}, "w").channels == 4  # type: ignore[union-attr]
     assert parse_job({"kind": "allreduce", "name": "a", "size": "1MiB"}, "w").size == 1_048_576  # type: ignore[union-attr]
 
@@ -47,7 +47,7 @@ def test_errors_name_the_key(data: dict, path: str) -> None:
 
 def test_other_kinds() -> None:
     ps = parse_job({"kind": "ps", "name": "p", "workers": ["a", "b"], "servers": ["c"], "size": "2MB"}, "w")
-    assert isinstance(ps, PsJob) and ps.size == 2_000_000 and ps.hosts_used() == ("a", "b", "c")
+    assert isinstance(ps, PsJob) and ps.size == 2_097_152 and ps.hosts_used() == ("a", "b", "c")
     pp = parse_job({"kind": "pipeline", "name": "p", "stages": ["a", "b"], "compute": "40ms"}, "w")
     assert isinstance(pp, PipelineJob) and pp.compute == pytest.approx(0.04) and pp.compute_bwd == pytest.approx(0.04)
     ip = parse_job({"kind": "iperf", "name": "i", "src": "a", "dst": "b", "proto": "udp", "rate": "10Mbit"}, "w")
@@ -55,7 +55,7 @@ def test_other_kinds() -> None:
     sf = parse_job(
         {"kind": "incast", "name": "x", "senders": ["a", "b"], "receiver": "c", "sizes": [["10KB", 3], ["1MB", 1]]}, "w"
     )
-    assert isinstance(sf, ShortFlowsJob) and sf.sizes == ((10_000, 3.0), (1_000_000, 1.0))
+    assert isinstance(sf, ShortFlowsJob) and sf.sizes == ((10_240, 3.0), (1_048_576, 1.0))
     rt = parse_job({"kind": "rtt_probe", "name": "r", "pairs": [["a", "b"], ["c", "d"]]}, "w")
     assert rt.hosts_used() == ("a", "b", "c", "d")
     assert parse_job({"kind": "allreduce", "name": "a"}, "w").hosts_used() == ()
