@@ -87,12 +87,14 @@ def test_run_a_small_scenario(tmp_path: Path) -> None:
 
 
 def test_demo(tmp_path: Path) -> None:
-    """README's first command (`setup.sh demo` execs `python3 -m testbed demo`): the default experiment, 2 points."""
+    """README's first command (`setup.sh demo` execs `python3 -m testbed demo`): the default experiment, one run per
+    point (``--set repeat=1``: CI's demo stage runs the whole of it, with its repeats)."""
     from testbed.cli import DEFAULT_SCENARIO
     from testbed.spec.scenario import load_scenario_file
+    from testbed.spec.settings import parse_setting
 
-    points = len(load_scenario_file(Path(DEFAULT_SCENARIO)).points)
+    points = len(load_scenario_file(Path(DEFAULT_SCENARIO), [parse_setting("repeat=1")]).points)
     out = tmp_path / "demo"
-    cp = run_cli("demo", "-o", str(out), timeout=1800)
+    cp = run_cli("demo", "-o", str(out), "--set", "repeat=1", timeout=1800)
     manifests = check_command(cp, out, points)
     assert {m["scenario_name"] for m in manifests} == {"default-ecn-vs-droptail"}
