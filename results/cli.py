@@ -1,6 +1,6 @@
-"""``python3 -m testbed report RUN_DIR... [-o OUT_DIR]``: compare run records, write table, figures and HTML.
+"""``testbed report RUN_DIR... [-o OUT_DIR]``: compare run records, write table, figures and HTML.
 
-``python3 -m testbed report --pending DIR``: write every report that was deferred under DIR (``defer_report``: the
+``testbed report --pending DIR``: write every report that was deferred under DIR (``defer_report``: the
 software-emulated guest leaves its scenario reports to the host, where one takes ~3 s instead of 46-72 s).
 
 Never writes into the run records. Under sudo in a user's directory the report is handed to that user
@@ -30,7 +30,7 @@ from results.record import NCCL_TESTS, RecordError, Run, find_runs
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python3 -m testbed report", description="Compare run records (run directories or parents of sweeps)."
+        prog="testbed report", description="Compare run records (run directories or parents of sweeps)."
     )
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="a run directory or a directory above runs")
     p.add_argument("-o", "--out", type=Path, default=None, help="output directory (default: ./reports/<UTC timestamp>)")
@@ -86,7 +86,7 @@ def reading_notes(cmp: Comparison) -> list[str]:
 def report_main(argv: list[str]) -> int:
     if argv[:1] == ["--pending"]:
         if len(argv) != 2:
-            print("usage: python3 -m testbed report --pending DIR", file=sys.stderr)
+            print("usage: testbed report --pending DIR", file=sys.stderr)
             return 2
         return pending_main(Path(argv[1]))
     args = _parser().parse_args(argv)

@@ -77,10 +77,10 @@ def describe_status(st: dict[str, Any]) -> tuple[str, str, str]:
             "STALE",
             f"measured on {m.get('kernel')} / {m.get('cpus')} x {m.get('cpu_model')}: the preflight uses built-in "
             "constants",
-            "run `python3 -m testbed calibrate`",
+            "run `sudo testbed calibrate`",
         )
     return (
         "not calibrated: run testbed calibrate",
         "the preflight's CPU estimate uses built-in constants (uncalibrated)",
-        "run `python3 -m testbed calibrate` (about 40 s)",
+        "run `sudo testbed calibrate` (about 40 s)",
     )

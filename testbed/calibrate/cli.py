@@ -1,8 +1,8 @@
 """``testbed calibrate``: measure this machine's CPU cost of forwarding and of the queue sampler, once, and cache it.
 
-python3 -m testbed calibrate                             # measure (about 35 s; builds a fabric), cache, print
-python3 -m testbed calibrate --show                      # print the cached calibration
-python3 -m testbed calibrate --predict scenarios/*.yaml  # every point's predicted load against the budget
+testbed calibrate                                        # measure (about 35 s; builds a fabric), cache, print
+testbed calibrate --show                                 # print the cached calibration
+testbed calibrate --predict scenarios/*.yaml             # every point's predicted load against the budget
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def format_predictions(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m testbed calibrate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="testbed calibrate", description=__doc__.splitlines()[0])
     ap.add_argument(
         "--predict", nargs="+", metavar="SCENARIO", help="print every point's predicted CPU load; no measuring"
     )
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.show:
         cal = load(args.cache)
         if cal is None:
-            print(f"not calibrated ({args.cache} missing or unreadable): run `python3 -m testbed calibrate`")
+            print(f"not calibrated ({args.cache} missing or unreadable): run `sudo testbed calibrate`")
             return 1
         print(json.dumps(cal.to_dict(), indent=1) if args.json else format_calibration(cal))
         if not cal.matches(Machine.here()):
