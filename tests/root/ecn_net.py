@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.spec.units import parse_size
 from tests.waiting import wait_listening
 
 PREFIX = "tbd3"
@@ -41,7 +42,8 @@ def nsx(node: str, *cmd: str, check: bool = True, timeout: float = 30) -> subpro
 @dataclass
 class Net:
     rate: str = "100mbit"
-    leaf: list[str] = field(default_factory=lambda: ["bfifo", "limit", "300000"])
+    # the tests' LinkSpec buffer, 300KB, as tc reads it (KB = 1024 B): test_ecn_marker compares the two
+    leaf: list[str] = field(default_factory=lambda: ["bfifo", "limit", str(parse_size("300KB").to_bytes(1500))])
     mtu: int = 1500
 
     def build(self) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from testbed.spec.units import parse_size
 from testbed.spec.workload import parse_workload
 from traffic.base import RunContext
 from traffic.ranked import bubble_fraction
@@ -43,7 +44,7 @@ FABRIC = {
     # (measured p50 1.32 x ideal with 4 channels); every other test here passes with 300 KB too
     "host_link": {"rate": "50Mbit", "buffer": "1MB", "mtu": 9000},
 }
-S = 4_000_000
+S = parse_size("4MB").to_bytes(9000)  # the jobs' size, as tc reads it: 4 x 2**20 bytes
 
 
 @pytest.fixture(scope="module")
