@@ -11,7 +11,7 @@ from typing import Any, Literal, cast
 
 from testbed.spec.classes import Lossless, TrafficClass, check_weights, parse_classes
 from testbed.spec.fields import SpecError, check_keys, choice, integer, number, sub, unit
-from testbed.spec.units import Size, parse_duration, parse_rate, parse_size
+from testbed.spec.units import Size, parse_duration, parse_rate, parse_size, parse_tc_time
 
 # The most this 2-core machine kind emulates faithfully per link (one flow is accurate to about
 # 200 Mbit/s, docs/bench.md; HTB from 100 kbit/s up to that). Scenarios state higher real-world rates with a scale factor.
@@ -26,6 +26,8 @@ ETH_HEADER = 14
 
 MarkMode = Literal["off", "step", "ramp"]
 MarkImpl = Literal["auto", "kernel", "bpf"]
+MARK_MODES: tuple[MarkMode, ...] = ("off", "step", "ramp")
+MARK_IMPLS: tuple[MarkImpl, ...] = ("auto", "kernel", "bpf")
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,8 @@ class Marking:
         if data is None or data is False or data == "off":
             return cls()
         check_keys(data, {"mode", "k", "kmin", "kmax", "pmax", "impl"}, path, {"mode"})
-        mode = cast(MarkMode, choice(sub(path, "mode"), data["mode"], ("off", "step", "ramp")))
-        impl = cast(MarkImpl, choice(sub(path, "impl"), data.get("impl", "auto"), ("auto", "kernel", "bpf")))
+        mode = cast(MarkMode, choice(sub(path, "mode"), data["mode"], MARK_MODES))
+        impl = cast(MarkImpl, choice(sub(path, "impl"), data.get("impl", "auto"), MARK_IMPLS))
         if mode == "off":
             extra = sorted(set(data) - {"mode", "impl"})
             if extra:
@@ -95,6 +97,8 @@ class Marking:
 
 LINK_KEYS = {"rate", "buffer", "mtu", "loss", "delay", "ecn", "classes"}
 QDISC_LIMIT_MAX = 2**32 - 1  # bfifo's and pfifo's limit (struct tc_fifo_qopt) is a u32
+MTU_RANGE = (576, 9000)
+MAX_LOSS = 0.5
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,8 @@ class LinkSpec:
     """One direction-symmetric link class: every egress port on it is shaped the same way.
 
     ``rate_bps`` is the line rate (Ethernet frames, 14-byte header counted, as HTB counts); ``buffer`` the depth
-    of each egress queue; ``loss`` a random drop probability per packet; ``delay_s`` one-way delay (needs netem).
+    of each egress queue; ``loss`` a random drop probability per packet; ``delay_s`` one-way delay (needs netem;
+    written with its unit, as tc reads a bare time as microseconds: ``parse_tc_time``).
     """
 
     rate_bps: int = 100_000_000
@@ -122,11 +127,11 @@ class LinkSpec:
         if "buffer" in data:
             spec = replace(spec, buffer=unit(sub(path, "buffer"), parse_size, data["buffer"]))
         if "mtu" in data:
-            spec = replace(spec, mtu=integer(sub(path, "mtu"), data["mtu"], 576, 9000))
+            spec = replace(spec, mtu=integer(sub(path, "mtu"), data["mtu"], *MTU_RANGE))
         if "loss" in data:
-            spec = replace(spec, loss=number(sub(path, "loss"), data["loss"], 0.0, 0.5))
+            spec = replace(spec, loss=number(sub(path, "loss"), data["loss"], 0.0, MAX_LOSS))
         if "delay" in data:
-            spec = replace(spec, delay_s=unit(sub(path, "delay"), parse_duration, data["delay"]))
+            spec = replace(spec, delay_s=unit(sub(path, "delay"), parse_tc_time, data["delay"]))
         if "ecn" in data:
             spec = replace(spec, marking=Marking.from_dict(data["ecn"], sub(path, "ecn")))
         if "classes" in data:
@@ -215,6 +220,8 @@ def _check_lossless(pfc: Lossless, limit: int, mtu: int, path: str) -> None:
 ECMP_MODES = ("static", "spray", "flowlet", "adaptive")
 EcmpMode = Literal["static", "spray", "flowlet", "adaptive"]
 Pick = Literal["round-robin", "random"]
+HASHES = ("l3", "l4")
+PICKS: tuple[Pick, ...] = ("round-robin", "random")
 
 
 @dataclass(frozen=True)
@@ -241,13 +248,12 @@ class EcmpSpec:
     @classmethod
     def from_dict(cls, data: Any, path: str) -> EcmpSpec:
         check_keys(data, {"hash", "seed", "mode", "pick", "gap"}, path)
-        h = cast(Literal["l3", "l4"], choice(sub(path, "hash"), data.get("hash", "l4"), ("l3", "l4")))
+        h = cast(Literal["l3", "l4"], choice(sub(path, "hash"), data.get("hash", "l4"), HASHES))
         seed = data.get("seed")
         if seed is not None:
             seed = integer(sub(path, "seed"), seed, 0, 2**32 - 1)
         mode = cast(EcmpMode, choice(sub(path, "mode"), data.get("mode", "static"), ECMP_MODES))
-        picks = ("round-robin", "random")
-        pick = cast(Pick, choice(sub(path, "pick"), data.get("pick", picks[0]), picks))
+        pick = cast(Pick, choice(sub(path, "pick"), data.get("pick", PICKS[0]), PICKS))
         if "pick" in data and mode in ("static", "adaptive"):
             raise SpecError(sub(path, "pick"), f"{mode} mode picks its own next hop; pick is for spray or flowlet")
         gap = None
@@ -266,6 +272,7 @@ class EcmpSpec:
 
 
 CongestionControl = Literal["reno", "cubic", "bbr", "dctcp"]
+CCS: tuple[CongestionControl, ...] = ("reno", "cubic", "bbr", "dctcp")
 
 
 @dataclass(frozen=True)
@@ -279,9 +286,7 @@ class TransportSpec:
     @classmethod
     def from_dict(cls, data: Any, path: str) -> TransportSpec:
         check_keys(data, {"cc", "ecn", "gso_max_segs"}, path)
-        cc = cast(
-            CongestionControl, choice(sub(path, "cc"), data.get("cc", "cubic"), ("reno", "cubic", "bbr", "dctcp"))
-        )
+        cc = cast(CongestionControl, choice(sub(path, "cc"), data.get("cc", "cubic"), CCS))
         ecn = data.get("ecn", True)
         if not isinstance(ecn, bool):
             raise SpecError(sub(path, "ecn"), f"expected true or false, got {ecn!r}")

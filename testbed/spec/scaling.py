@@ -32,7 +32,7 @@ from typing import Any
 
 from testbed.spec.fields import SpecError
 from testbed.spec.link import ETH_HEADER
-from testbed.spec.units import UnitError, parse_duration, parse_rate, parse_size
+from testbed.spec.units import UnitError, parse_duration, parse_rate, parse_size, parse_tc_time
 
 STACK_LATENCY_S = 30e-6  # per hop, one way, of the emulator's kernel stack (from kernel timestamps)
 SCALE_KEYS = {"factor", "rtt", "emulated_rtt", "buffers"}
@@ -147,7 +147,7 @@ class _Scaler:
             out["ecn"] = ecn
         if "delay" in data:
             try:
-                d = parse_duration(data["delay"])
+                d = parse_tc_time(data["delay"])
             except UnitError as exc:
                 raise SpecError(f"{where}.delay", str(exc)) from None
             out["delay"] = f"{d * self.sc['factor'] * 1e6:.6g}us"

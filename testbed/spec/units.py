@@ -11,8 +11,10 @@ case-insensitively (strcasecmp) and truncate a fraction of a byte.
 - sizes are bytes: a bare number or ``b``; ``k``/``kb`` = 1024, ``m``/``mb`` = 2**20, ``g``/``gb`` = 2**30 bytes;
   ``kbit``/``mbit``/``gbit`` = 1024/8, 2**20/8, 2**30/8 bytes. Our own unambiguous extensions: ``kib``/``mib``/``gib``
   (the same binary values), ``byte(s)``, and ``20pkt`` (or ``20p``, ``20packets``): a size in packets.
-- durations (not tc's get_time meaning for a bare number, which tc reads as microseconds): ``10ms``, ``250us``,
-  ``2s``, tc's ``sec``/``msec``/``usec`` spellings; a bare number is seconds.
+- durations: ``10ms``, ``250us``, ``2s``, tc's ``sec``/``msec``/``usec`` spellings; a bare number is seconds
+  (a job's duration, a start time), which is not tc's get_time meaning: tc reads a bare time as microseconds. So a
+  time that tc itself reads (a link's netem ``delay``, ``parse_tc_time``) must carry its unit; a bare number there
+  is refused naming both readings (a bare 0 is the same in both and is accepted).
 """
 
 from __future__ import annotations
@@ -187,6 +189,19 @@ def parse_duration(value: object) -> float:
     if seconds < 0:
         raise UnitError(f"duration must not be negative, got {value!r}")
     return seconds
+
+
+def parse_tc_time(value: object) -> float:
+    """Seconds of a time that tc reads itself (netem's delay): as ``parse_duration``, but a bare number other than
+    0 is refused, since tc's get_time reads it as microseconds and a duration here as seconds."""
+    number, unit = _number(value, "duration")
+    if unit == "" and number != 0:
+        n = f"{number:.15g}"
+        raise UnitError(
+            f"a bare number is ambiguous as a time: tc reads {value!r} as {n} microseconds, a duration here as {n} s; "
+            f"write the unit, e.g. '{n}ms' or '{n}us'"
+        )
+    return parse_duration(value)
 
 
 def format_rate(bits_per_s: float) -> str:

@@ -15,6 +15,7 @@ import pytest
 from testbed.spec.fabric import FabricSpec, parse_ratio
 from testbed.spec.fields import SpecError
 from testbed.spec.link import MAX_RATE_BPS, EcmpSpec, LinkSpec, Marking, TransportSpec
+from testbed.spec.scenario import build_scenario
 from testbed.spec.topology import Topology
 from testbed.spec.units import Size
 
@@ -156,6 +157,8 @@ def test_link_buffer_exactly_one_frame() -> None:
         ({"loss": -0.01}, f"{HL}.loss", "must be in"),
         ({"delay": "-1ms"}, f"{HL}.delay", "must not be negative"),
         ({"delay": "1h"}, f"{HL}.delay", "unknown time unit"),
+        ({"delay": 40}, f"{HL}.delay", "tc reads 40 as 40 microseconds, a duration here as 40 s; write the unit"),
+        ({"delay": "2.5"}, f"{HL}.delay", "tc reads '2.5' as 2.5 microseconds"),
         ({"buffer": "100KB", "ecn": {"mode": "step", "k": "200KB"}}, f"{HL}.ecn.k", "above the buffer (102400 bytes)"),
         (
             {"buffer": "100KB", "ecn": {"mode": "ramp", "kmin": "20KB", "kmax": "101KB", "pmax": 0.1}},
@@ -169,6 +172,24 @@ def test_link_buffer_exactly_one_frame() -> None:
 )
 def test_link_rejections(data: Any, path: str, reason: str) -> None:
     rejects(lambda: LinkSpec.from_dict(data, HL), path, reason)
+
+
+def test_a_bare_delay_is_refused_wherever_a_link_takes_one_and_other_durations_stay_seconds() -> None:
+    """tc reads a bare time as microseconds: a link's delay (netem) must carry its unit, in host_link, fabric_link,
+    an override and a scaled fabric; a bare 0 is the same in both readings. A job's or the run's duration is not
+    tc's: a bare number stays seconds there."""
+    rejects(lambda: FabricSpec.from_dict({"fabric_link": {"delay": 1}}), "fabric.fabric_link.delay", "bare number")
+    override = {"overrides": [{"link": "l1-l1h1", "delay": 5}]}
+    rejects(lambda: FabricSpec.from_dict(override), "fabric.overrides[0].delay", "tc reads 5 as 5 microseconds")
+    scaled = {"name": "x", "fabric": {"scale": 10, "host_link": {"rate": "1Gbit", "delay": 4}}}
+    with pytest.raises(SpecError, match="tc reads 4 as 4 microseconds") as err:
+        build_scenario(scaled)
+    assert err.value.path.endswith("host_link.delay")
+    assert LinkSpec.from_dict({"delay": 0}, HL).delay_s == 0.0
+    assert LinkSpec.from_dict({"delay": "40ms"}, HL).delay_s == pytest.approx(0.04)
+    job = {"kind": "iperf", "name": "a", "src": "l1h1", "dst": "l2h1", "duration": 3, "start_after": 2}
+    scenario = build_scenario({"name": "x", "fabric": {}, "duration": 10, "workload": [job]})
+    assert (scenario.duration_s, scenario.workload[0].duration, scenario.workload[0].start_after) == (10, 3, 2)
 
 
 def test_max_rate_message_points_at_no_missing_key() -> None:

@@ -13,6 +13,7 @@ from testbed.spec.units import (
     parse_duration,
     parse_rate,
     parse_size,
+    parse_tc_time,
 )
 
 # Known answers from iproute2's lib/utils_math.c: get_rate()'s suffixes[] (bit/s per unit; *bps are BYTES/s) and
@@ -183,6 +184,25 @@ def test_parse_duration(text: object, seconds: float) -> None:
 def test_duration_bad(bad: object, match: str) -> None:
     with pytest.raises(UnitError, match=match):
         parse_duration(bad)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("40ms", 0.04), ("250us", 250e-6), ("2sec", 2.0), (0, 0.0), ("0", 0.0)])
+def test_a_tc_time_reads_as_a_duration(text: object, seconds: float) -> None:
+    assert parse_tc_time(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bare", [40, "40", 2.5, "1e3"])
+def test_a_bare_tc_time_is_refused_naming_both_readings(bare: object) -> None:
+    """tc's get_time reads a bare number as microseconds, a duration here as seconds: neither is assumed."""
+    with pytest.raises(UnitError, match=r"bare number is ambiguous as a time: tc reads .* as .* microseconds, a "):
+        parse_tc_time(bare)
+    assert parse_duration(bare) == float(str(bare))  # a duration elsewhere keeps seconds
+
+
+def test_a_tc_time_refuses_what_a_duration_refuses() -> None:
+    for bad in ("-1ms", "3h", True):
+        with pytest.raises(UnitError):
+            parse_tc_time(bad)
 
 
 def test_format() -> None:
