@@ -2,19 +2,27 @@
 bounds or choices, and meaning. The jobs' keys are declared with their fields (``spec_field``, testbed.spec.workload).
 
 The parsers (``from_dict`` of each spec) stay the judges of a value; tests/unit/test_scenario_reference.py checks
-that each section here names exactly the keys its parser accepts.
+that each section here names exactly the keys its parser accepts, and tests/unit/test_scenario_keys.py that each
+default, bound and choice is what the parser does. Where a parser names its value (a default, bounds, choices),
+the declaration reads it from there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from testbed.spec.events import ACTIONS, DETECTION_S
+from testbed.spec.fabric import MAX_NODES, FabricSpec
+from testbed.spec.link import CCS, ECMP_MODES, HASHES, MARK_IMPLS, MARK_MODES, MAX_LOSS, MTU_RANGE, PICKS, LinkSpec
+from testbed.spec.units import format_rate
+
 
 @dataclass(frozen=True)
 class Key:
     """One key of a section. ``type``: integer, number, boolean, string, choice, rate, size, duration, ratio,
     hosts, sweep, any; or ``section:NAME`` (a mapping of that section's keys) or ``list:NAME`` (a list of them).
-    ``default`` as a scenario would write it ("" when there is none)."""
+    ``default`` as a scenario would write it ("" when there is none). ``lo`` and ``hi`` are accepted, unless
+    ``lo_open`` (then only values above ``lo``)."""
 
     key: str
     type: str
@@ -25,7 +33,13 @@ class Key:
     hi: float | None = None
     required: bool = False
     also: tuple[str, ...] = ()  # further types the value may take (e.g. scale: a number, or a mapping)
+    lo_open: bool = False
 
+
+LINK = LinkSpec()
+MTU_LO, MTU_HI = MTU_RANGE
+# The largest even k of a fat-tree the harness builds: its parser's 16 is 1,344 nodes, above MAX_NODES.
+FAT_TREE_MAX_K = max(k for k in range(2, 17, 2) if FabricSpec(topology="fat-tree", k=k).node_count <= MAX_NODES)
 
 SECTIONS: dict[str, tuple[Key, ...]] = {
     "scenario": (
@@ -52,11 +66,17 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("path_bytes", "boolean", "true", "count each flow's bytes in every spine or core (path_bytes.csv)"),
     ),
     "fabric": (
-        Key("topology", "choice", "spine-leaf", "the fabric's shape", ("spine-leaf", "fat-tree")),
+        Key(
+            "topology",
+            "choice",
+            "spine-leaf",
+            f"the fabric's shape (at most {MAX_NODES} nodes: switches and hosts)",
+            ("spine-leaf", "fat-tree"),
+        ),
         Key("spines", "integer", "2", "spine switches (spine-leaf)", lo=1, hi=64),
         Key("leaves", "integer", "4", "leaf switches (spine-leaf)", lo=1, hi=254),
         Key("hosts_per_leaf", "integer", "2", "hosts on each leaf (spine-leaf)", lo=1, hi=254),
-        Key("k", "integer", "4", "a fat-tree's arity (even)", lo=2, hi=16),
+        Key("k", "integer", "4", "a fat-tree's arity (even)", lo=2, hi=FAT_TREE_MAX_K),
         Key(
             "oversubscription",
             "ratio",
@@ -71,21 +91,26 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("scale", "section:scale", "", "state real-world rates; the fabric runs at rate / factor", also=("number",)),
     ),
     "link": (
-        Key("rate", "rate", "100Mbit", "line rate of each egress port (HTB, Ethernet header counted)"),
-        Key("buffer", "size", "300KB", "depth of each egress queue"),
-        Key("mtu", "integer", "9000", "MTU of every link (one for the whole fabric)", lo=576, hi=9000),
-        Key("loss", "number", "0", "random drop probability per packet", lo=0, hi=0.5),
-        Key("delay", "duration", "0s", "one-way delay (needs netem)"),
+        Key("rate", "rate", format_rate(LINK.rate_bps), "line rate of each egress port (HTB, Ethernet header counted)"),
+        Key("buffer", "size", str(LINK.buffer), "depth of each egress queue"),
+        Key("mtu", "integer", str(LINK.mtu), "MTU of every link (one for the whole fabric)", lo=MTU_LO, hi=MTU_HI),
+        Key("loss", "number", f"{LINK.loss:g}", "random drop probability per packet", lo=0, hi=MAX_LOSS),
+        Key(
+            "delay",
+            "duration",
+            f"{LINK.delay_s:g}s",
+            "one-way delay (needs netem); write the unit: tc reads a bare 40 as 40us",
+        ),
         Key("ecn", "section:ecn", "off", "ECN marking of the queue", also=("boolean", "string")),
-        Key("classes", "list:class", "[]", "traffic classes: a queue per class, keyed by DSCP"),
+        Key("classes", "list:class", "", "traffic classes: a queue per class, keyed by DSCP (none: one queue)"),
     ),
     "override": (
         Key("port", "string", "", "one egress queue, 'node->peer' (give port or link)"),
         Key("link", "string", "", "both directions of a link, 'node-peer' (give port or link)"),
         Key("rate", "rate", "the tier's", "as in a link"),
         Key("buffer", "size", "the tier's", "as in a link"),
-        Key("mtu", "integer", "the tier's", "as in a link (must equal host_link's)", lo=576, hi=9000),
-        Key("loss", "number", "the tier's", "as in a link", lo=0, hi=0.5),
+        Key("mtu", "integer", "the tier's", "as in a link (must equal host_link's)", lo=MTU_LO, hi=MTU_HI),
+        Key("loss", "number", "the tier's", "as in a link", lo=0, hi=MAX_LOSS),
         Key("delay", "duration", "the tier's", "as in a link"),
         Key("ecn", "section:ecn", "the tier's", "as in a link", also=("boolean", "string")),
         Key("classes", "list:class", "the tier's", "as in a link"),
@@ -96,14 +121,14 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "choice",
             "",
             "off (drop-tail), step (mark above k), ramp (WRED kmin..kmax)",
-            ("off", "step", "ramp"),
+            MARK_MODES,
             required=True,
         ),
         Key("k", "size", "", "step: mark every ECT packet arriving with the queue at or above k"),
         Key("kmin", "size", "", "ramp: marking starts here"),
         Key("kmax", "size", "", "ramp: marking reaches pmax here (all above)"),
-        Key("pmax", "number", "", "ramp: the marking probability at kmax", lo=0, hi=1),
-        Key("impl", "choice", "auto", "kernel sch_red or the project's eBPF marker", ("auto", "kernel", "bpf")),
+        Key("pmax", "number", "", "ramp: the marking probability at kmax", lo=0, hi=1, lo_open=True),
+        Key("impl", "choice", "auto", "kernel sch_red or the project's eBPF marker", MARK_IMPLS),
     ),
     "class": (
         Key("name", "string", "", "the class's name", required=True),
@@ -129,16 +154,16 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("xon", "size", "xoff / 2", "resume them below this backlog"),
     ),
     "ecmp": (
-        Key("hash", "choice", "l4", "static mode's hash: l3 (addresses) or l4 (the 5-tuple)", ("l3", "l4")),
+        Key("hash", "choice", "l4", "static mode's hash: l3 (addresses) or l4 (the 5-tuple)", HASHES),
         Key("seed", "integer", "", "the routers' hash seed (default: the kernel's)", lo=0, hi=2**32 - 1),
         Key(
             "mode",
             "choice",
             "static",
             "per-flow hashing, per-packet spraying, flowlets, or adaptive",
-            ("static", "spray", "flowlet", "adaptive"),
+            ECMP_MODES,
         ),
-        Key("pick", "choice", "round-robin", "spray and flowlet: how a next hop is picked", ("round-robin", "random")),
+        Key("pick", "choice", PICKS[0], "spray and flowlet: how a next hop is picked", PICKS),
         Key(
             "gap",
             "duration",
@@ -147,7 +172,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         ),
     ),
     "transport": (
-        Key("cc", "choice", "cubic", "every host's congestion control", ("reno", "cubic", "bbr", "dctcp")),
+        Key("cc", "choice", "cubic", "every host's congestion control", CCS),
         Key("ecn", "boolean", "true", "hosts negotiate ECN (DCTCP needs it)"),
         Key("gso_max_segs", "integer", "1", "segments per GSO super-packet", lo=1, hi=65535),
     ),
@@ -170,11 +195,13 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "choice",
             "",
             "what happens to the link",
-            ("down", "up", "flap", "degrade", "restore", "mtu"),
+            ACTIONS,
             required=True,
         ),
         Key("link", "string", "", "a switch-switch link, e.g. s1-l2", required=True),
-        Key("detection", "duration", "100ms", "down, up, flap: when routing notices and reconverges"),
+        Key(
+            "detection", "duration", f"{DETECTION_S * 1e3:g}ms", "down, up, flap: when routing notices and reconverges"
+        ),
         Key("count", "integer", "1", "flap: down/up cycles", lo=1, hi=1000),
         Key("period", "duration", "1s", "flap: one cycle (down for half of it)"),
         Key("rate", "rate", "", "degrade: the link's new rate, both directions"),

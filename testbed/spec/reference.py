@@ -28,7 +28,8 @@ COMMAND = "python3 -m testbed.spec.reference"
 UNITS = {
     "rate": "rate: a number and a unit, in bit/s (100Mbit, 1Gbit)",
     "size": "size: bytes with a unit (300KB, 64KiB, 1500B) or packets (20pkt)",
-    "duration": "duration: a number and a unit (10ms, 2s, 100us)",
+    "duration": "duration: a number and a unit (10ms, 2s, 100us); a bare number is seconds, except in a link's delay,"
+    " which tc reads itself and which must carry its unit (tc reads a bare number as microseconds)",
     "ratio": "ratio: '2:1', or a number at least 1",
 }
 # Where each section's keys sit in a scenario.
@@ -143,7 +144,12 @@ def _type_text(k: Key) -> str:
         if k.lo is not None or k.hi is not None:
             lo = "" if k.lo is None else _num(k.lo)
             hi = "" if k.hi is None else _num(k.hi)
-            text += f" {lo}..{hi}" if k.type in ("integer", "number") else f" (at least {lo})"
+            if k.type not in ("integer", "number"):
+                text += f" (at least {lo})"
+            elif k.lo_open:
+                text += f" above {lo}, at most {hi}" if hi else f" above {lo}"
+            else:
+                text += f" {lo}..{hi}"
     for other in k.also:
         text += f" or {other}"
     return text
@@ -195,7 +201,7 @@ def _schema_of(k: Key) -> dict[str, Any]:
     elif t in ("integer", "number"):
         out = {"type": t}
         if k.lo is not None:
-            out["minimum"] = k.lo
+            out["exclusiveMinimum" if k.lo_open else "minimum"] = k.lo
         if k.hi is not None:
             out["maximum"] = k.hi
     elif t in ("boolean", "string"):
