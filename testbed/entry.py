@@ -31,21 +31,26 @@ ROOT_COMMANDS = EMULATION_COMMANDS | {"clean", "vm"}
 DISTRIBUTION = {"yaml": "pyyaml"}
 
 
-def revision(source: Path = SOURCE) -> str:
-    """The clone's commit (short), ``+dirty`` when its work tree differs; "unknown revision" outside a clone (an
-    installed copy of the code has no history)."""
-    if not (source / ".git").exists():
-        return "unknown revision"
+def git_commit(source: Path) -> str | None:
+    """The commit (short) of the git work tree at ``source``, with ``+dirty`` when the tree differs from it; None
+    when git cannot tell (no git, not a work tree)."""
     try:
         rev = subprocess.run(
             ["git", "-C", str(source), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
         )
         if rev.returncode != 0:
-            return "unknown revision"
+            return None
         dirty = subprocess.run(["git", "-C", str(source), "diff", "--quiet", "HEAD"], capture_output=True).returncode
     except OSError:
-        return "unknown revision"
-    return "git " + rev.stdout.strip() + ("+dirty" if dirty else "")
+        return None
+    return rev.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def revision(source: Path = SOURCE) -> str:
+    """The clone's commit (``git_commit``); "unknown revision" outside a clone (an installed copy of the code has no
+    history)."""
+    commit = git_commit(source) if (source / ".git").exists() else None
+    return "unknown revision" if commit is None else "git " + commit
 
 
 def version_text(source: Path = SOURCE) -> str:

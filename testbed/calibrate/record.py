@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.entry import git_commit
 from testbed.errors import TestbedError
 from testbed.preflight.model import CostModel
 
@@ -49,16 +49,7 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 
 def git_revision(repo: Path = REPO) -> str:
     """The code's commit (short), with ``+dirty`` when the work tree differs from it; "unknown" outside git."""
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
-        )
-        if rev.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", "HEAD"], capture_output=True).returncode
-        return rev.stdout.strip() + ("+dirty" if dirty else "")
-    except OSError:
-        return "unknown"
+    return git_commit(repo) or "unknown"
 
 
 @dataclass(frozen=True)
