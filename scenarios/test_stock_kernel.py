@@ -137,11 +137,11 @@ def judge_dctcp_k(exp):
         f"stock_dctcp_k.yaml: K {kb[1]} B not well below {rule:.0f} B (model: empty {model[1].empty_share:.2f})"
     )
     util, rtt, q, empty = [0.0, 0.0], [0.0, 0.0], [{}, {}], [0.0, 0.0]
+    windows = [steady_window(p.path, SKIP_S) for p in (big, small)]
     for i, p in enumerate((big, small)):
         k, m = kb[i], model[i]
-        window = steady_window(p.path, SKIP_S)
-        util[i] = port_utilization(p.path, BOTTLENECK, window)
-        empty[i] = queue_empty_share(p.path, BOTTLENECK, window)
+        util[i] = port_utilization(p.path, BOTTLENECK, windows[i])
+        empty[i] = queue_empty_share(p.path, BOTTLENECK, windows[i])
         rtt[i] = srtt_min_s(p.path)
         q[i] = queue_stats(p)
         print(
@@ -163,7 +163,7 @@ def judge_dctcp_k(exp):
     )
     # Drops are judged in the steady window: the flows leaving slow start together at the netem RTT can overshoot the
     # buffer before the first marks act (4 drops there once in CI, none after).
-    steady_drops = drops_in_window(big.path, BOTTLENECK, steady_window(big.path, SKIP_S))
+    steady_drops = drops_in_window(big.path, BOTTLENECK, windows[0])
     exp.expect(
         q[0]["marks"] > 0 and steady_drops == 0,
         f"K > C x RTT / 7: marks {q[0]['marks']:.0f}, drops {steady_drops:.0f} in the steady window "
