@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from testbed.host.child import child_main
 from traffic.connect import connect_retrying
 from traffic.gate import ready_then_wait
 from traffic.rtt_probe import echo, probe
@@ -196,10 +197,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:  # stopped by its owner (SIGINT): a normal end
-        sys.exit(0)
-    except Exception as exc:
-        print(f"traffic.flowtools: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+    child_main("traffic.flowtools", lambda: main(sys.argv[1:]))

@@ -23,6 +23,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from testbed.host.child import child_main
 from testbed.spec.workload import ScapyTrainJob
 from traffic.base import PYTHON, GeneratorError, ProcGenerator, Rows, RunContext, host, read_jsonl
 from traffic.gate import ready_then_wait
@@ -246,14 +247,14 @@ def check_capture(rows: list[dict[str, Any]], expect_ecn: str, allow_loss: bool 
     return problems
 
 
+def main(argv: list[str]) -> int:
+    """``python3 -m traffic.scapy_train CONFIG.json send|capture``."""
+    conf_path, role = argv[0], argv[1]
+    with open(conf_path) as fh:
+        config = json.load(fh)
+    send(config) if role == "send" else capture(config)
+    return 0
+
+
 if __name__ == "__main__":
-    try:
-        conf_path, role = sys.argv[1], sys.argv[2]
-        with open(conf_path) as fh:
-            config = json.load(fh)
-        send(config) if role == "send" else capture(config)
-    except KeyboardInterrupt:  # stopped by its owner (SIGINT): a normal end
-        sys.exit(0)
-    except Exception as exc:
-        print(f"traffic.scapy_train: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+    child_main("traffic.scapy_train", lambda: main(sys.argv[1:]))

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from testbed.host.child import child_main
 from traffic.gate import ready_then_wait
 from traffic.schedule import (
     COMPUTE,
@@ -432,10 +433,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:  # stopped by its owner (SIGINT): a normal end
-        sys.exit(0)
-    except Exception as exc:
-        print(f"traffic.worker: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+    child_main("traffic.worker", lambda: main(sys.argv[1:]))

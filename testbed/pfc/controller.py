@@ -19,10 +19,8 @@ import ctypes
 import json
 import os
 import resource
-import signal
 import socket
 import struct
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from pyroute2 import IPRoute
 
 from testbed.ecn.libbpf import RingCallback, open_libbpf
 from testbed.fabric.tc import PFC_PAUSE_RATE_BPS, PFC_RUN_RATE_FACTOR
+from testbed.host.child import child_main, stop_on_signals
 from testbed.pfc.book import PauseBook
 from testbed.pfc.errors import PfcError
 from testbed.pfc.tbfmsg import ack_error, tbf_change
@@ -310,12 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     cfg = json.loads(args.config.read_text())
-    stopped: list[int] = []
-    signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
-    signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+    stop = stop_on_signals()
     ctl = Controller(cfg["queues"], cfg["feeds"])
     try:
-        ctl.run(lambda: bool(stopped), args.out / "pfc.ready")
+        ctl.run(stop.is_set, args.out / "pfc.ready")
     finally:
         rows, summary = ctl.finish()
         write(args.out, rows, summary)
@@ -323,8 +320,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as exc:
-        print(f"pfc: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(2)
+    child_main("pfc", main)

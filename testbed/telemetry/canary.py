@@ -18,7 +18,6 @@ import csv
 import json
 import os
 import resource
-import signal
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.host.child import ChildHandle, start_child
+from testbed.host.child import ChildHandle, StopFlag, child_main, start_child, stop_on_signals
 from testbed.host.procs import ProcessGroup
 from testbed.spec.schemas import SCHEMAS
 
@@ -68,7 +67,7 @@ def _run_delay_s(fd: int) -> float:
 class Canary:
     """One pinned thread per CPU; ``rows`` holds the stalls, ``ticks`` the wake-ups per CPU."""
 
-    def __init__(self, cfg: CanaryConfig, stop: threading.Event):
+    def __init__(self, cfg: CanaryConfig, stop: StopFlag | threading.Event):
         self.cfg, self.stop = cfg, stop
         self.cpus = cfg.cpus or tuple(sorted(os.sched_getaffinity(0)))
         self.rows: list[dict[str, Any]] = []
@@ -106,7 +105,7 @@ class Canary:
         ready_file.touch()
         t0 = time.monotonic()
         while not self.stop.wait(0.2):  # a signal may land on a canary thread: the main thread looks for its flag
-            pass
+            continue
         for t in threads:
             t.join(5.0)
         return time.monotonic() - t0
@@ -129,7 +128,7 @@ def health(rows: list[dict[str, Any]], ticks: dict[int, int], cpu_s: float, wall
     }
 
 
-def run(cfg: CanaryConfig, out: Path, stop: threading.Event) -> dict[str, Any]:
+def run(cfg: CanaryConfig, out: Path, stop: StopFlag | threading.Event) -> dict[str, Any]:
     canary = Canary(cfg, stop)
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     wall = canary.run(out / "canary.ready")
@@ -162,16 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     if (args.out / "cpu_stalls.csv").exists():
         print(f"canary: {args.out}/cpu_stalls.csv exists: a run record is never overwritten", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    run(cfg, args.out, stop)
+    run(cfg, args.out, stop_on_signals())
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as exc:
-        print(f"canary: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(2)
+    child_main("canary", main)

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.host.child import ChildHandle, start_child
+from testbed.host.child import ChildHandle, StopFlag, child_main, start_child, stop_on_signals
 from testbed.host.procs import ProcessGroup
 from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry.qtelem import (
@@ -123,7 +122,7 @@ def health(qt: QueueTelemetry, cfg: QslotsConfig, rows: int, cpu_s: float, durat
     }
 
 
-def run(cfg: QslotsConfig, out: Path, stop: threading.Event) -> dict[str, Any]:
+def run(cfg: QslotsConfig, out: Path, stop: StopFlag | threading.Event) -> dict[str, Any]:
     """Count until ``stop`` is set; write the table and the health file; return the health."""
     raw = out / "qslots.raw"
     t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
@@ -165,16 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     if (args.out / "qslots.csv").exists():
         print(f"qslots: {args.out}/qslots.csv exists: a run record is never overwritten", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    run(cfg, args.out, stop)
+    run(cfg, args.out, stop_on_signals())
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as exc:
-        print(f"qslots: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(2)
+    child_main("qslots", main)

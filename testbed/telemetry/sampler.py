@@ -23,7 +23,6 @@ import math
 import os
 import resource
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.errors import TestbedError
+from testbed.host.child import child_main
 from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry.bpfmarks import BpfMarks
 from testbed.telemetry.cpu import CPU_HEADER, CpuSampler
@@ -505,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     sampler = Sampler(cfg, args.out)
 
-    def on_signal(_sig: int, _frame: object) -> None:
+    def on_signal(_sig: int, _frame: object) -> None:  # a plain attribute: a handler must take no lock (StopFlag)
         sampler.stop = True
 
     signal.signal(signal.SIGINT, on_signal)
@@ -527,8 +527,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as exc:
-        print(f"sampler: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(2)
+    child_main("sampler", main)
