@@ -3,8 +3,8 @@
 Every point of the sweep becomes a run record under ``runs/scenarios/<session>/<scenario>/`` and the comparison
 report (table, plots, report.html) goes beside it; pytest prints where. A run that the fidelity guardrails marked
 not faithful (CPU saturated, a busy link below its rate, ...) is run again (by ``testbed.run.run_file``), up to
-``RETAKES`` times (2: a shared 2-core machine, or the software-emulated guest, stalls now and then; in one CI run two
-ps_incast points each stalled the sampler 131-276 ms twice in a row); every unfaithful record stays beside the
+``RETAKES`` times (2: a shared 2-core machine, or the software-emulated guest, stalls now and then, sometimes twice
+in a row); every unfaithful record stays beside the
 retake, which names them in its manifest (``retake_of``). A run that failed (an error, not a verdict) is not run
 again. A point still not faithful, or failed, fails the test before any result is asserted: the emulator could not
 produce the numbers. ``TESTBED_RETAKES=0`` turns retakes off.
@@ -226,9 +226,9 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
     """``experiment("ecn", **{"fabric.host_link.rate": "50Mbit"})`` runs scenarios/ecn.yaml (with overrides)."""
     from results.cli import defer_report, report_main
     from results.record import load_run
+    from testbed.plan.guestfit import under_tcg
     from testbed.run import run_file
     from testbed.spec.scenario import expand
-    from testbed.vm.guestfit import under_tcg
 
     def run(name: str, data: dict[str, Any] | None = None, **overrides: Any) -> Experiment:
         run_key = (name, repr(sorted(overrides.items())))

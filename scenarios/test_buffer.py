@@ -96,11 +96,11 @@ def _buffer_bytes(p) -> int:
 
 # --- buffer sizing: needs netem (delay) -----------------------------------------------------------------------
 SKIP_S = 2.0  # after the last flow starts: slow start and the first loss are over
-RTT_EXTRA_MAX_S = 0.010  # the smallest srtt may exceed the netem RTT by this much (guest: 1.4-3.3 ms measured)
+RTT_EXTRA_MAX_S = 0.010  # the smallest srtt may exceed the netem RTT by this much (the guest's own path adds some)
 # Utilization is the bottleneck's steady state: wire bytes out of l1 -> l1h1 while all flows run (from SKIP_S after
 # the last start), over its shaped rate. The thresholds are for n = 4 flows in the software-emulated (TCG) guest, not
 # the 98-99 % AKM report for many desynchronized flows: the rule's buffer keeps the link near full, a quarter of it
-# is clearly short, twice it buys little. The floor at B sits below the slowest guest passes measured, and the
+# is clearly short, twice it buys little. The floor at B sits below the slowest guest passes (docs/bench.md), and the
 # quarter and double checks carry the rule's shape. 25 Mbit/s (C x RTT 250 KB at RTT 80 ms) rather than 50: a guest
 # short of CPU drains the small buffers, every take faithful.
 AT_RULE_MIN = 0.88

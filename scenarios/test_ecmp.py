@@ -12,8 +12,8 @@ Reproduces:
   that max-min fair sharing of those collisions explains the measured aggregate.
   The hash seed (1) and every elephant's client port (30000) are fixed, so the collision pattern is the same in
   every run of a kernel: on 6.18 three elephants share one uplink in leaves 1, 3 and 4 and two in leaf 2, max-min
-  fair 0.56 of 16 x 50 Mbit/s, measured 0.56 in two runs. (With ephemeral ports it was a draw: a CI run got
-  only two shared uplinks, 0.87, and failed the 0.85 check.)
+  fair 0.56 of 16 x 50 Mbit/s. With ephemeral ports the pattern, and so the aggregate, would change from run to
+  run, and a lucky draw can pass the 0.85 check (docs/bench.md, "Scenario results behind the thresholds").
 
 ``TESTBED_REVERSED=1`` reverses the settings (L4 in place of L3; 4 x ECMP spines in both collision points).
 """

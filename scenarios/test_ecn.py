@@ -43,8 +43,8 @@ REVERSED_OVERRIDES = {
     "dctcp": {"sweep": {"fabric.transport.cc": ["cubic", "cubic"]}},  # cubic + ECN at both points
 }
 PORT = "l1:l1-l1h1"  # the incast receiver's last hop
-CLEAN_ITER_MAX = 1.15  # iterations the incast does not overlap, over the ideal time (measured: <= 1.08)
-INCAST_SPAN_MAX = 0.7  # the incast's span with ECN over drop-tail's (measured: 0.30-0.52)
+CLEAN_ITER_MAX = 1.15  # iterations the incast does not overlap, over the ideal time (runs: docs/bench.md)
+INCAST_SPAN_MAX = 0.7  # the incast's span with ECN over drop-tail's (runs: docs/bench.md)
 
 
 def incast_overlap(p) -> tuple[float, list[float], list[float], float]:

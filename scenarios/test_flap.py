@@ -4,8 +4,8 @@ This is why operators take a flapping link out of service (and why fabrics damp 
 
 Both points run the link-failure fabric and ring all-reduce; the ring flow into l2 crosses s1-l2 in every run
 (L3 hashing, fixed seed). Flapping: 4 down/up cycles of 0.6 s, detection 100 ms. Degraded: 45 of 50 Mbit/s for
-the same 2.4 s. The cost is each point's iteration time summed beyond its iterations' healthy median: in 3 runs
-here flapping cost 0.97-1.83 s (worst iteration 1.06-1.49 s), the degraded link 0.214-0.216 s (0.625 s).
+the same 2.4 s. The cost is each point's iteration time summed beyond its iterations' healthy median. The runs are
+in docs/bench.md ("Scenario results behind the thresholds").
 
 ``TESTBED_REVERSED=1`` degrades the link at both points.
 """

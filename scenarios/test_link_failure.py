@@ -4,9 +4,9 @@ then for TCP's retransmission timer, and the rerouted fabric runs at its ideal t
 Reproduces what operators of AI fabrics report: a collective stalls until routing converges around a failed link
 (hence BFD timers of tens of milliseconds), and longer still because the flows caught on the dead path wait for
 their backed-off retransmission timeout (RFC 6298: it doubles on every expiry) before they resume. The ring
-flow into the far leaf takes the failed spine in every run (L3 hashing with a fixed seed). Measured here, 5 runs
-of each: detection 100 ms stalled the iteration by 0.290-0.299 s, detection 1 s by 1.56-1.66 s; every iteration
-after the reroute ran at the healthy fabric's time (one spine link per leaf carries a ring).
+flow into the far leaf takes the failed spine in every run (L3 hashing with a fixed seed). After the reroute every
+iteration should take the healthy fabric's time (one spine link per leaf carries a ring). The runs are in
+docs/bench.md ("Scenario results behind the thresholds").
 
 ``TESTBED_REVERSED=1`` gives both points the same 100 ms detection delay.
 """

@@ -4,11 +4,10 @@ Reproduces the rule of thumb ("oversubscription 3:1 slows cross-rack collectives
 all racks talk at once"), from the bandwidth bound: every leaf sends and receives 2 host links' worth (2 x B) of
 ring traffic through uplinks of 2B / r, so the iteration time is about r times the non-blocking one.
 
-Measured here (2 MB, 8 ranks, p50 of 5 iterations, one run of the sweep): 1:1 0.287 s, 2:1 0.582 s (p99 0.83 s:
-one iteration with retransmissions), 3:1 0.878 s: t(r)/t(1:1) = 2.03 and 3.06. The same 1:1 and 3:1 ring points
-in scenarios/algorithms.yaml (6 iterations): 0.286 s and 0.875 s. Thresholds: every step of the sweep at least
-1.25 x the previous one, and t(r)/t(1:1) within [0.75, 1.2] x r. ``TESTBED_REVERSED=1`` runs all three points at
-1:1 (``REVERSED_OVERRIDES``), so the growth assertion fails.
+Thresholds: every step of the sweep at least 1.25 x the previous one, and t(r)/t(1:1) within [0.75, 1.2] x r (the
+p50, so one iteration slowed by retransmissions does not decide). ``TESTBED_REVERSED=1`` runs all three points at
+1:1 (``REVERSED_OVERRIDES``), so the growth assertion fails. The runs behind the thresholds are in docs/bench.md
+("Scenario results behind the thresholds").
 """
 
 import pytest

@@ -7,7 +7,8 @@ a deeper buffer also cuts drops but adds queueing delay of buffer / rate; shardi
 load per server port and the iteration time (ideal max(W/P, 1) x S / B: 1.93 s for P = 1, 0.97 s for P = 2, from iterations.csv).
 
 Points: servers [l1h1] x (drop-tail 300 KB, ECN K=30 KB at l1->l1h1, 12 MB buffers at l1->l1h1, s1->l1 and
-s2->l1: a whole push fits), then servers [l1h1, l1h2] x the same three; the judge picks them by their variant. docs/bench.md has the measured figures.
+s2->l1: a whole push fits), then servers [l1h1, l1h2] x the same three; the judge picks them by their variant.
+docs/bench.md has the runs behind the thresholds.
 ``TESTBED_REVERSED=1`` (``REVERSED_OVERRIDES``: one server in both halves, ECN off and the default buffer at the
 port) leaves the drops where they are, so the test fails.
 """

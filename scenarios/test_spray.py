@@ -8,10 +8,8 @@ Reproduces:
 - The cost: packets of one flow take paths with different queues and arrive out of order, and TCP (here cubic,
   with Linux's default reordering tolerance) counts the reordering and retransmits spuriously (D-SACKs).
 The fabric is ecmp-collisions' (4 leaves x 4 hosts, 4 spines, one elephant per host to the next leaf, hash seed and
-client port fixed) at 40 Mbit/s. In 7 runs here static ECMP reached 0.562-0.567 of the non-blocking aggregate and
-spraying 0.818-0.853, recovering 0.58-0.66 of what static lost; TCP counted 8478-11439 reordering events sprayed
-and 0-5 static. Adaptive per packet (3 runs) reached 0.986-0.988 with 1723-1946 reordering events. With 10 s elephants (2 runs) spraying reached 0.834-0.853: the reordering cost does not fade.
-
+client port fixed) at 40 Mbit/s. The runs behind the thresholds are in docs/bench.md ("Scenario results behind the
+thresholds").
 - Adaptive routing per packet to the least-queued uplink (DRILL, Ghorbani et al., SIGCOMM 2017) recovers nearly
   all of it with far less reordering than blind spraying, because equal queues mean equal path delays.
 
