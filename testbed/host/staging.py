@@ -2,14 +2,15 @@
 
 A flush of the sampler's buffered rows is one write() into the run directory, and that write can block the loop:
 - in the guest (``testbed vm``) the run directory is the host's, shared over 9p mounted ``sync``, so every write
-  waits for QEMU; a CI guest pass saw the sampler stop for 0.40, 0.41 and 1.56 s, each gap starting at a flush;
-- on a local disk under writeback pressure (a CI run writing many records, IO pressure "full" 1.5 %), a native CI
-  pass saw gaps of 0.50-0.66 s starting exactly at 0.5 s flush ticks, and points failed the sampler guardrail.
+  waits for QEMU, and the sampler stops for as long as the flush takes;
+- on a local disk under writeback pressure (many records being written) a flush waits for the writeback, and the
+  sampler's gaps start at its flush ticks.
+The stalls that showed this are in docs/bench.md ("Staging the sampler's files").
 So the sampler writes into ``/dev/shm/tbstage-<pid>-*`` (tmpfs: memory, no writeback), and ``Stage.commit`` moves
 every file into the run directory once the sampler has exited (whatever its exit status, so a crashed sampler's
 rows still reach the record). It writes directly when the run directory is tmpfs already, or when /dev/shm is
-missing, not tmpfs, or has less than ``MIN_FREE`` free. A native run's telemetry is 12-27 MB (measured: 16 elephants
-for 14 s at 500 Hz), the guest's a few MB.
+missing, not tmpfs, or has less than ``MIN_FREE`` free (a run's telemetry is tens of MB natively, a few MB in the
+guest: docs/bench.md).
 
 A stage names its run directory (``OWNER``), so the rows of a run killed before its commit are not lost: ``recover``
 (called by ``testbed clean`` and at the next run's start, once the stage's run is gone) moves them into that

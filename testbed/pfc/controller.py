@@ -208,8 +208,8 @@ class Controller:
     def _check_held(self) -> None:
         """After IDLE_CHECK_MS without an event: a queue holding ports whose real backlog (its leaf qdisc, read
         over netlink) is under XON, or that the program no longer holds paused, will send no resume event: the
-        tracepoints did not see the dequeues that drained it (in about 1 of 4 runs of a 4:1 incast here, 9-40
-        of 4,200 dequeues went unseen, and the fabric deadlocked). Resume its ports, clear the program's pause,
+        tracepoints did not see the dequeues that drained it, and without a resume the fabric deadlocks
+        (docs/bench.md, "The PFC controller's repair"). Resume its ports, clear the program's pause,
         and count it in the manifest's ``pfc.repaired_pauses``."""
         for qid in sorted({q for p in self.book.ports for q in p.holders}):
             q = self.queues[qid]

@@ -112,8 +112,8 @@ class SamplerConfig:
     cpu_hz: float = 10.0  # 0 disables cpu.csv
     flush_s: float = 0.5
     keyframe_s: float = 0.1  # an unchanged queue/link still gets a row this often
-    # SCHED_FIFO priority of the sampler process (0 = normal scheduling). Measured with 40 queues at 1 kHz beside
-    # other load: jitter 0.06-0.10 with priority 10, 0.20-0.85 without (the gaps' tail: other tasks run first).
+    # SCHED_FIFO priority of the sampler process (0 = normal scheduling): without it other tasks run first and the
+    # sampling gaps grow a tail (docs/bench.md, "The queue sampler's priority")
     rt_priority: int = 10
     links_netns: list[str] = field(default_factory=list)
     senders: list[SenderRef] = field(default_factory=list)

@@ -1,7 +1,7 @@
 """KVM where it works, software emulation (TCG) where it does not.
 
-``/dev/kvm`` being there is not enough: on this machine's kind QEMU aborts at once under KVM ("failed to set MSR
-0x10a", measured 0.03 s). The probe starts QEMU with ``-accel kvm -cpu host`` and no boot device: if it is still
+``/dev/kvm`` being there is not enough: on some hosts QEMU aborts at once under KVM ("failed to set MSR 0x10a",
+docs/vm.md). The probe starts QEMU with ``-accel kvm -cpu host`` and no boot device: if it is still
 running after ``PROBE_S`` (sitting in the BIOS) KVM works; if it exits first, it does not. The answer is cached
 per host boot in /run/testbed/ (tmpfs), keyed by host kernel and QEMU binary.
 """

@@ -1,7 +1,7 @@
 """Guest capability check: does this kernel have kernel RED with ECN, netem, fq_codel and DCTCP?
 
 Run inside the guest as ``/usr/bin/python3 -m testbed.vm.check`` (or ``python3 -m testbed vm --check``). Uses
-ip/tc by subprocess, not pyroute2 (importing pyroute2 costs ~6 s in the guest, measured). Every trial is made on
+ip/tc by subprocess, not pyroute2 (importing pyroute2 takes seconds in the guest: docs/bench.md). Every trial is made on
 a veth device in a scratch namespace that is deleted afterwards. Exit 0 only if everything works.
 """
 

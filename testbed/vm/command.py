@@ -6,8 +6,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Measured here: tsc=reliable/clocksource=tsc avoid clocksource watchdog stalls under TCG; mitigations=off saves
-# boot and syscall time. quiet keeps kernel noise out of the command's output.
+# tsc=reliable/clocksource=tsc avoid clocksource watchdog stalls under TCG; mitigations=off saves boot and syscall
+# time. quiet keeps kernel noise out of the command's output.
 DEFAULT_APPEND = ("tsc=reliable", "clocksource=tsc", "mitigations=off")
 READY = "__testbed_guest_ready__"  # printed by the guest just before the command starts (stripped from output)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # no pyenv shims in the guest

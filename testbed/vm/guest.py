@@ -50,7 +50,7 @@ def forwarded_env(env: dict[str, str] | os._Environ[str] | None = None) -> tuple
 
 BENCH_LOCK = Path("/run/testbed-bench.lock")
 # The guest's udev only needs the virtio-ports rule (it names the console ports vng reads the output from);
-# hiding the other rules cuts ~12 s of udev start-up (measured).
+# hiding the other rules cuts most of udev's start-up (docs/bench.md).
 UDEV_RULE = 'SUBSYSTEM=="virtio-ports", KERNEL=="vport*", ATTR{name}=="?*", SYMLINK+="virtio-ports/$attr{name}"\n'
 KILL_GRACE_S = 3.0
 

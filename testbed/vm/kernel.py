@@ -3,8 +3,8 @@
 A kernel is named by an alias (``debian-6.1``: whatever ``linux-image-amd64`` depends on in this machine's apt
 sources) or pinned exactly (``6.1.0-57-amd64``). It is fetched with ``apt-get download`` only, unpacked with
 ``dpkg-deb -x`` under ``<cache>/<version>/`` (vng finds ``lib/modules`` beside ``boot/``), ``depmod`` is run there
-once, and the XZ-compressed bzImage is also unpacked to an ELF ``vmlinux`` (boots ~3 s faster under TCG, measured
-8 s vs 11 s). Once an alias is cached it stays pinned to that version until ``refresh=True``.
+once, and the XZ-compressed bzImage is also unpacked to an ELF ``vmlinux`` (it boots faster under TCG: no
+decompression by the emulated CPU; docs/bench.md). Once an alias is cached it stays pinned to that version until ``refresh=True``.
 """
 
 from __future__ import annotations

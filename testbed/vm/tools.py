@@ -16,7 +16,7 @@ from pathlib import Path
 from testbed.vm.errors import GuestToolsMissing
 
 APT_PACKAGES = ("qemu-system-x86", "busybox-static", "udev")
-VNG_VERSION = "1.42"  # the version measured here
+VNG_VERSION = "1.42"  # the version the guest commands were tested with
 VNG_VENV = Path(os.environ.get("TESTBED_VNG_VENV", "/opt/testbed-vng"))
 QEMU = "qemu-system-x86_64"
 
