@@ -16,12 +16,10 @@ Rows = Union[pd.DataFrame, Iterable[Row]]
 @dataclass(frozen=True)
 class Thresholds:
     # delivered / configured rate on a busy port, over the time its queue held packets: a queue that empties for a
-    # moment is offered less, not emulated short (CI: ports 94-95% non-empty in their busy windows delivered 0.946-0.950
-    # of the rate over the whole window and 1.004-1.011 over the time they held packets; three takes "not faithful")
+    # moment is offered less, not emulated short (docs/bench.md, "The fidelity thresholds")
     rate_min: float = 0.95
     # a port busy for less than this is judged against rate_min_short: one 0.2 s window is a few hundred frames,
-    # and HTB's bucket and the sample timing move it by several percent (seen in CI: a host's own egress at 0.949
-    # and at 0.90 over one ~0.2 s window, while every other port of the run delivered >= 0.95)
+    # and HTB's bucket and the sample timing move it by several percent (docs/bench.md, "The fidelity thresholds")
     short_busy_s: float = 0.5
     rate_min_short: float = 0.85
     busy_share: float = 0.9  # share of a window a queue must be non-empty for the window to count as busy

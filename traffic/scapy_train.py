@@ -109,7 +109,7 @@ def send(cfg: dict[str, Any]) -> None:
             raise TimeoutError("the capture never became ready")
         time.sleep(0.02)
     # One CPU for the whole train: veth queues each frame on the backlog of the CPU that sends it (netif_rx), so a
-    # sender migrated mid-train can have its frames delivered out of order (1 of 16 once in CI).
+    # sender migrated mid-train can have its frames delivered out of order.
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     sock = conf.L2socket(iface=iface)
     out_sock = sock.outs

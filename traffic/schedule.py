@@ -231,9 +231,9 @@ def hierarchical(sch: Schedule, leaves: list[str], size: int, sl: int) -> None:
 def alltoall(sch: Schedule, n: int, size: int, window: int | None = None, channels: int = 1) -> None:
     """Pairwise all-to-all: in step k (1..N-1) rank i sends its S/N block to rank i+k, split over ``channels``
     connections; with a ``window`` only once its block of step k-window is on the wire (the worker then needs
-    TCP_NOTSENT_LOWAT), else all at once. Measured here (8 ranks, 4 MB, 100 Mbit/s, 1 MB buffers): one channel
-    1.08-1.30 x ideal depending on where ECMP happened to put the 56 flows, 4 channels 1.05-1.12; with 300 KB
-    buffers 4 channels 1.32 (the 7-sender incast drops; retransmission timeouts); windows of 1-3 gave 1.44-1.7."""
+    TCP_NOTSENT_LOWAT), else all at once. More channels spread a pair's bytes over more ECMP paths, so where the hash
+    puts the flows matters less; all at once, every rank takes an (N-1)-sender incast, which shallow buffers drop.
+    Runs: docs/bench.md ("All-to-all's channels and windows")."""
     per = split(size, n)
     for i in range(n):
         sent: list[Token] = []

@@ -5,8 +5,8 @@ One instance of testbed/ecn/bpf/flowlet.bpf.c per ECMP router, loaded with ``bpf
 two programs share its maps: ``flowlet`` at the clsact ingress of every port that is no ECMP next hop, and (for
 adaptive routing) ``uplink`` at the clsact egress of every ECMP next hop, before any ECN marker there. Pinned under
 ``/sys/fs/bpf/<prefix>/flowlet/<netns>/`` so that `testbed clean` finds what a dead run left. One instance per
-node, not per port: the node's ports share its round-robin turn and flow table (per-port turns started every flow
-of a leaf on the same way in the first try here: aggregate 0.37 of ideal, one spine idle).
+node, not per port: the node's ports share its round-robin turn and flow table (with a turn per port, every flow of
+a leaf starts on the same way and the other spines idle; docs/bench.md, "Flowlet switching's turn").
 """
 
 from __future__ import annotations
