@@ -3,8 +3,8 @@
 ``lines(records)`` groups run records by scenario and gives one line each: points, faithful points, the highest
 mean CPU and saturated-sample share of any point (over the traffic window), and the highest harness share
 (``cpu_budget``). ``measure(out)`` first runs every native shipped scenario once (no retakes) into ``out``.
-The targets (issue: headroom by design) are a mean of at most 60% of the machine and saturated samples in at
-most 2% of samples; a line says which point misses them.
+The targets leave the emulation headroom by design: a mean of at most 60% of the machine and saturated samples in
+at most 2% of samples; a line says which point misses them (docs/bench.md, figure (e)).
 """
 
 from __future__ import annotations
