@@ -1,7 +1,8 @@
 """``testbed report RUN_DIR... [-o OUT_DIR]``: compare run records, write table, figures and HTML.
 
 ``testbed report --pending DIR``: write every report that was deferred under DIR (``defer_report``: the
-software-emulated guest leaves its scenario reports to the host, where one takes ~3 s instead of 46-72 s).
+software-emulated guest leaves its scenario reports to the host, where one takes a fraction of the guest's time:
+docs/bench.md).
 
 Never writes into the run records. Under sudo in a user's directory the report is handed to that user
 (``results.handover``). A complete record's metrics are its own summary.json (what its run computed);

@@ -1,8 +1,8 @@
 """The netlink request that pauses or resumes a lossless class: RTM_NEWQDISC changing the class's tbf leaf.
 
-Hand-built with struct, not pyroute2: pyroute2's tbf has no TCA_TBF_BURST (its tick arithmetic gave a burst
-of 8125 B for 9100 B here), and its NetNS proxy costs 0.9 ms per change; a socket opened inside the namespace and
-this 100-byte message take tens of microseconds.
+Hand-built with struct, not pyroute2: pyroute2's tbf has no TCA_TBF_BURST (its tick arithmetic rounds the burst
+away from the one asked), and its NetNS proxy costs about a millisecond per change; a socket opened inside the
+namespace and this 100-byte message take tens of microseconds (docs/bench.md).
 """
 
 from __future__ import annotations

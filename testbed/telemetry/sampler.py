@@ -216,7 +216,8 @@ def poll_once(
 
 class _Csv:
     """One table the sampler writes. Rows are formatted with one %-format string (t to the microsecond, then
-    each value as str): csv.writer took 11 us a row here against 1.4 us, and a busy run writes ~20,000 rows/s.
+    each value as str), several times cheaper per row than csv.writer, which matters at the tens of thousands of
+    rows a second a busy run writes (docs/bench.md, "The sampler's rows").
     No value needs quoting (node and device names, numbers, or empty)."""
 
     def __init__(self, path: Path, header: tuple[str, ...]):

@@ -6,10 +6,10 @@ window has room, or the receiver's window or the send buffer holds it (the kerne
 ``tcpi_sndbuf_limited`` timers). The fidelity guardrail ``sender_backlog`` reads this table.
 
 ``SenderPoller`` serves one namespace: a sock_diag dump (``sockdiag``) finds its sockets connected to the watched
-ports, and each sample looks the known ones up (15 us each here, against 1.2-2.5 ms for a dump). A namespace is
-dumped every ``DISCOVER_S`` while it has no known socket or lost one (an iperf3 cycle ended), else every
-``REDISCOVER_S``; the sampler lets one namespace dump per tick (16 namespaces dumping in one tick stalled the
-queue sampler for 185 ms). Sockets to the same port that are not the flow's data stream (iperf3's control connection) are
+ports, and each sample looks the known ones up (a lookup costs about a hundredth of a dump: docs/bench.md). A
+namespace is dumped every ``DISCOVER_S`` while it has no known socket or lost one (an iperf3 cycle ended), else
+every ``REDISCOVER_S``; the sampler lets one namespace dump per tick (many namespaces dumping in one tick stall the
+queue sampler). Sockets to the same port that are not the flow's data stream (iperf3's control connection) are
 recorded too; the guardrail keeps only the flows' own (flows.csv sport).
 """
 
