@@ -6,12 +6,11 @@ senders``) has each backlogged sender's TCP_INFO over time. Over each data strea
 ``sender_edge_s`` at both ends (slow start's first samples and the last data's drain), a sample is *starved* when
 the socket had nothing unsent while its congestion window had room (``notsent_bytes == 0`` and ``unacked <
 cwnd``): the link could have taken more and the sender had none to give. (A backlogged iperf3 client keeps
-550-600 KB unsent here; the kernel's ``app_limited`` flag is recorded but not used: it belongs to the latest
+hundreds of KB unsent; the kernel's ``app_limited`` flag is recorded but not used: it belongs to the latest
 delivery-rate sample, and stays 0 through the idle gaps of a sender that writes in bursts.) A starved share above
 ``sender_short_max`` makes the run unfaithful. The kernel's own timers, how much of the time with data in flight
-the receive window or the send buffer held the sender, are reported beside it, not judged: natively they stay at
-0-0.2 %, in the TCG guest at 0-1.5 % and once at 7 % (a receiver window, in one of 12 buffer-sizing streams), which
-says nothing of the sender's CPU.
+the receive window or the send buffer held the sender, are reported beside it, not judged: a receiver's window
+says nothing of the sender's CPU (their values in runs: docs/bench.md, "The sender guardrail").
 """
 
 from __future__ import annotations
