@@ -66,7 +66,7 @@ GUEST_PASS=($PY -m testbed vm -- $PY -m pytest -p no:cacheprovider -m stock_kern
 # The software-emulated guest leaves its scenario reports to the host (scenarios/conftest.py): write them here.
 write_guest_reports() { $PY -m testbed report --pending "${TESTBED_SCENARIO_RUNS:-runs/scenarios}" >/dev/null; }
 # The eBPF ECN marker and BPF DCTCP, compiled from this repo's C sources for this kernel (build/bpf/)
-$PY -W ignore::RuntimeWarning -m testbed.ecn.build >/dev/null
+$PY -W ignore::RuntimeWarning -m testbed.bpf.build >/dev/null
 # The preflight's CPU budget reads this machine's calibration; without one it falls back to built-in constants
 # (another machine's), which may refuse an ordinary scenario here. Calibrate once, when none matches this machine.
 if ! $PY -c 'from testbed.calibrate.cache import load_matching; raise SystemExit(load_matching() is None)'; then

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from bench.sampler_cost import SPEC, proc_cpu, start_traffic
-from testbed.ecn.bpfsys import _bpf
+from testbed.bpf.bpfsys import _bpf
 from testbed.fabric.build import Fabric
 from testbed.spec.fabric import FabricSpec
 

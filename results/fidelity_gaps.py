@@ -1,7 +1,7 @@
 """The direct fidelity check (Mininet-HiFi's: Handigol et al., CoNEXT 2012): did packets leave on time?
 
 At a busy port every dequeue should follow the one before by the ideal transmission time of the packet that left
-first (len x 8 / rate). The kernel queue telemetry (``telemetry.bpf_queues``, testbed/ecn/bpf/qtelem.bpf.c) counts,
+first (len x 8 / rate). The kernel queue telemetry (``telemetry.bpf_queues``, testbed/bpf/src/qtelem.bpf.c) counts,
 per port, the deviation of each such gap in log2-microsecond buckets, early and late apart, over the run (manifest
 ``qtelem_health``: ``gap_n``, ``gap_hist``). Early dequeues are HTB's bucket letting a frame out at once; a late
 one is a frame the emulator sent later than the link would have: the machine, not the link, set the pace.

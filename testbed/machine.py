@@ -40,5 +40,5 @@ def queue_telemetry_row() -> tuple[str, str, str, str]:
         "Kernel queue telemetry (telemetry.bpf_queues)",
         "MISSING",
         f"queues are polled only (1 kHz netlink): {why}",
-        "Linux with BTF and tp_btf, libbpf1, clang; python3 -m testbed.ecn.build",
+        "Linux with BTF and tp_btf, libbpf1, clang; python3 -m testbed.bpf.build",
     )

@@ -1,10 +1,10 @@
 """Congestion control for a run: make each wanted algorithm usable, set namespace defaults, undo on close.
 
 dctcp comes from the kernel (tcp_dctcp, loaded with modprobe when it is a module) or, where the kernel has none,
-from the project's BPF struct_ops DCTCP (bpf/dctcp.bpf.c), registered under a per-run name ``dctcp_<prefix>``
-so that concurrent runs never collide. The root namespace's tcp_allowed_congestion_control is extended with the
-names a run needs and ``close`` removes exactly the names this run added (under a machine-wide flock), so two
-managers alive at once (a run and a test, say) never restore each other's stale snapshot.
+from the project's BPF struct_ops DCTCP (testbed/bpf/src/dctcp.bpf.c), registered under a per-run name
+``dctcp_<prefix>`` so that concurrent runs never collide. The root namespace's tcp_allowed_congestion_control is
+extended with the names a run needs and ``close`` removes exactly the names this run added (under a machine-wide
+flock), so two managers alive at once (a run and a test, say) never restore each other's stale snapshot.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from testbed.ecn.build import DCTCP_NAME_PLACEHOLDER
+from testbed.bpf.build import DCTCP_NAME_PLACEHOLDER
+from testbed.bpf.errors import BpfError
+from testbed.bpf.sysrun import run, sysctl_read, sysctl_write, tool
 from testbed.ecn.errors import EcnError
-from testbed.ecn.sysrun import run, sysctl_read, sysctl_write, tool
 
 AVAILABLE = "net.ipv4.tcp_available_congestion_control"
 ALLOWED = "net.ipv4.tcp_allowed_congestion_control"
@@ -60,7 +61,7 @@ def available() -> list[str]:
 def _modprobe(cc: str) -> bool:
     try:
         res = run([tool("modprobe"), "-q", f"tcp_{cc}"], check=False)
-    except EcnError:
+    except BpfError:
         return False
     return res.returncode == 0 and cc in available()
 
@@ -124,14 +125,14 @@ class CongestionControl:
         obj = self.build_dir / "dctcp.bpf.o"
         if not obj.exists():
             raise EcnError(
-                f"no tcp_dctcp in this kernel and {obj} is missing: build it with `python3 -m testbed.ecn.build`"
+                f"no tcp_dctcp in this kernel and {obj} is missing: build it with `python3 -m testbed.bpf.build`"
             )
         name = f"dctcp_{self.prefix}"
         if len(name) > len(DCTCP_NAME_PLACEHOLDER):
             raise EcnError(f"prefix {self.prefix!r} too long for a congestion-control name (15 characters at most)")
         data = obj.read_bytes()
         if data.count(DCTCP_NAME_PLACEHOLDER) != 1:
-            raise EcnError(f"{obj}: DCTCP name placeholder not found once; rebuild with `python3 -m testbed.ecn.build`")
+            raise EcnError(f"{obj}: DCTCP name placeholder not found once; rebuild with `python3 -m testbed.bpf.build`")
         # the renamed copy lives only while bpftool registers it (the kernel keeps the registration): a per-run
         # file beside the build would be left behind by every killed run
         with tempfile.TemporaryDirectory(prefix=f"{self.prefix}-dctcp-") as tmp:

@@ -35,7 +35,7 @@ def choose_impl(marking: Marking, caps: Capabilities) -> Impl:
         if not bpf_ok:
             raise EcnError(
                 f"ecn impl 'bpf' unavailable: {bpf_why}; it needs Linux >= 6.2 with BTF, clang, libbpf-dev and "
-                "bpftool (apt), and the program built by `python3 -m testbed.ecn.build`"
+                "bpftool (apt), and the program built by `python3 -m testbed.bpf.build`"
             )
         return "bpf"
     if red_ok:

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.ecn import bpfsys
+from testbed.bpf import bpfsys
+from testbed.bpf.sysrun import BPFFS, detach_tc, ensure_bpffs, remove_empty, run, tool, unpin
 from testbed.ecn.errors import EcnError
-from testbed.ecn.sysrun import BPFFS, detach_tc, ensure_bpffs, remove_empty, run, tool, unpin
 from testbed.spec.classes import TrafficClass
 from testbed.spec.link import LinkSpec, Marking
 
@@ -70,7 +70,7 @@ class MarkerSet:
         if (netns, dev) in self._ports:
             raise EcnError(f"{netns}/{dev}: a marker is already attached")
         if not self.obj.exists():
-            raise EcnError(f"{self.obj} is missing: build it with `python3 -m testbed.ecn.build`")
+            raise EcnError(f"{self.obj} is missing: build it with `python3 -m testbed.bpf.build`")
         self._check_root_qdisc(netns, dev)
         ensure_bpffs()
         pin_dir = self.root / f"{netns}__{dev}"

@@ -6,10 +6,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from testbed.ecn.build import DEFAULT_OUT
+from testbed.bpf.build import DEFAULT_OUT
+from testbed.bpf.errors import BpfError
+from testbed.bpf.sysrun import BPFFS, ensure_bpffs, run, tool
 from testbed.ecn.cc import available
 from testbed.ecn.errors import EcnError
-from testbed.ecn.sysrun import BPFFS, ensure_bpffs, run, tool
 
 BTF = Path("/sys/kernel/btf/vmlinux")
 
@@ -56,7 +57,7 @@ def _probe_red(netns: str) -> tuple[bool, str]:
 def _probe_marker(build_dir: Path) -> tuple[bool, str]:
     obj = build_dir / "marker.bpf.o"
     if not obj.exists():
-        return False, f"{obj} is not built (`python3 -m testbed.ecn.build`)"
+        return False, f"{obj} is not built (`python3 -m testbed.bpf.build`)"
     if not _btf_has("bpf_cast_to_kern_ctx")["bpf_cast_to_kern_ctx"]:
         return (
             False,
@@ -79,7 +80,7 @@ def probe(caps_scratch_netns: str, build_dir: Path = DEFAULT_OUT) -> dict[str, A
     red_ok, red_why = _probe_red(caps_scratch_netns)
     try:
         bpf_ok, bpf_why = _probe_marker(Path(build_dir))
-    except EcnError as exc:
+    except (EcnError, BpfError) as exc:
         bpf_ok, bpf_why = False, str(exc)
     dctcp: str | None
     if "dctcp" in available() or Path("/sys/module/tcp_dctcp").exists():

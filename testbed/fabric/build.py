@@ -256,7 +256,7 @@ class Fabric:
             self.spray[name] = ways
 
     def _attach_flowlets(self) -> None:
-        from testbed.ecn.build import DEFAULT_OUT
+        from testbed.bpf.build import DEFAULT_OUT
 
         assert self.state is not None
         pick = str(self.load_balancing["pick"])
@@ -341,7 +341,7 @@ class Fabric:
         if not bpf_ports:
             return
         from testbed import ecn
-        from testbed.ecn.build import DEFAULT_OUT
+        from testbed.bpf.build import DEFAULT_OUT
 
         assert self.state is not None
         markers = self._markers = ecn.MarkerSet(self.prefix, DEFAULT_OUT)
@@ -352,7 +352,7 @@ class Fabric:
     def _prepare_transport(self) -> None:
         """Make the hosts' congestion control usable (kernel module, or BPF struct_ops DCTCP), recorded for clean."""
         from testbed import ecn
-        from testbed.ecn.build import DEFAULT_OUT
+        from testbed.bpf.build import DEFAULT_OUT
 
         assert self.state is not None
         # the state file hears of each global change before it is made: `testbed clean` after a crash takes out

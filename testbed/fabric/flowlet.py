@@ -1,7 +1,7 @@
 """Flowlet switching's and adaptive routing's BPF programs for one run (``ecmp.mode: flowlet`` or ``adaptive``):
 load, configure, attach, read, detach.
 
-One instance of testbed/ecn/bpf/flowlet.bpf.c per ECMP router, loaded with ``bpftool prog loadall`` so that its
+One instance of testbed/bpf/src/flowlet.bpf.c per ECMP router, loaded with ``bpftool prog loadall`` so that its
 two programs share its maps: ``flowlet`` at the clsact ingress of every port that is no ECMP next hop, and (for
 adaptive routing) ``uplink`` at the clsact egress of every ECMP next hop, before any ECN marker there. Pinned under
 ``/sys/fs/bpf/<prefix>/flowlet/<netns>/`` so that `testbed clean` finds what a dead run left. One instance per
@@ -17,15 +17,19 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.ecn import bpfsys
-from testbed.ecn.errors import EcnError
-from testbed.ecn.sysrun import BPFFS, detach_tc, ensure_bpffs, remove_empty, run, tool, unpin
+from testbed.bpf import bpfsys
+from testbed.bpf.errors import BpfError
+from testbed.bpf.sysrun import BPFFS, detach_tc, ensure_bpffs, remove_empty, run, tool, unpin
 
 CFG = struct.Struct("<QII")  # gap_ns, ways, pick (struct flowlet_cfg)
 PICKS = {"round-robin": 0, "random": 1, "least-queued": 2}
 MAX_WAYS = 16  # the program's MAX_WAYS
 STATS_FIELDS = ("packets", "flowlets", "switches", "min_gap_new_ns", "max_gap_kept_ns")  # struct flowlet_stats
 STATS = struct.Struct("<" + "Q" * len(STATS_FIELDS))
+
+
+class FlowletError(BpfError):
+    """A flowlet or adaptive-routing program that cannot be loaded, configured or attached here."""
 
 
 @dataclass
@@ -59,9 +63,9 @@ class FlowletSet:
         """Load the node's instance, configure it, and attach ``flowlet`` to its downlinks; with ``pick``
         least-queued also ``uplink`` to its uplinks."""
         if not self.obj.exists():
-            raise EcnError(f"{self.obj} is missing: build it with `python3 -m testbed.ecn.build`")
+            raise FlowletError(f"{self.obj} is missing: build it with `python3 -m testbed.bpf.build`")
         if ways > MAX_WAYS:
-            raise EcnError(f"{netns}: {ways} ways, the flowlet program handles at most {MAX_WAYS}")
+            raise FlowletError(f"{netns}: {ways} ways, the flowlet program handles at most {MAX_WAYS}")
         ensure_bpffs()
         pin_dir = self.root / netns
         (pin_dir / "maps").mkdir(parents=True, exist_ok=False)
@@ -70,7 +74,7 @@ class FlowletSet:
             load = [tool("bpftool"), "prog", "loadall", str(self.obj), str(pin_dir / "progs"), "type", "classifier"]
             res = run([*load, "pinmaps", str(pin_dir / "maps")], check=False)
             if res.returncode != 0:
-                raise EcnError(f"loading the flowlet program for {netns} failed:\n{res.stderr.strip()[-1200:]}")
+                raise FlowletError(f"loading the flowlet program for {netns} failed:\n{res.stderr.strip()[-1200:]}")
             cfg_fd = bpfsys.obj_get(pin_dir / "maps" / "cfg")
             try:
                 bpfsys.update(cfg_fd, 0, CFG.pack(round(gap_s * 1e9), ways, PICKS[pick]))

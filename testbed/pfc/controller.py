@@ -1,6 +1,6 @@
 """The PFC controller process: ``python3 -m testbed.pfc.controller --config F --out DIR``.
 
-It loads ``pfc.bpf.o`` (testbed/ecn/bpf/pfc.bpf.c), tells it the run's lossless queues, their thresholds and the
+It loads ``pfc.bpf.o`` (testbed/bpf/src/pfc.bpf.c), tells it the run's lossless queues, their thresholds and the
 routers' ingress ports, and waits on the program's ring buffer (epoll: nothing runs between events). An XOFF
 event names a queue and the ingress ports that fed it: each one's upstream port pauses the class (its tbf slowed
 to a crawl by one netlink request from a socket inside that namespace). The XON event resumes every upstream port
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from pyroute2 import IPRoute
 
-from testbed.ecn.libbpf import RingCallback, open_libbpf
+from testbed.bpf.libbpf import RingCallback, open_libbpf
 from testbed.fabric.tc import PFC_PAUSE_RATE_BPS, PFC_RUN_RATE_FACTOR
 from testbed.host.child import child_main, stop_on_signals
 from testbed.pfc.book import PauseBook
@@ -72,7 +72,7 @@ def _ifindex(ns: str, dev: str) -> int:
 class Controller:
     def __init__(self, queues: list[dict[str, Any]], feeds: list[dict[str, Any]], obj: Path = OBJECT):
         if not obj.exists():
-            raise PfcError(f"{obj} is missing: build it with `python3 -m testbed.ecn.build`")
+            raise PfcError(f"{obj} is missing: build it with `python3 -m testbed.bpf.build`")
         self.lib = open_libbpf()
         self.wall_offset = time.time() - time.monotonic()
         self.queues = queues

@@ -16,7 +16,7 @@ class BpfMarks:
     """Open pinned stats maps once; ``read(path)`` -> marks summed over CPUs."""
 
     def __init__(self, paths: list[str]):
-        from testbed.ecn import bpfsys
+        from testbed.bpf import bpfsys
         from testbed.ecn.marker import STATS, STATS_FIELDS
 
         self._lookup = bpfsys.lookup

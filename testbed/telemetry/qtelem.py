@@ -1,10 +1,10 @@
-"""Queue telemetry in the kernel: load ``qtelem.bpf.o`` (testbed/ecn/bpf/qtelem.bpf.c), attach it, read its slots.
+"""Queue telemetry in the kernel: load ``qtelem.bpf.o`` (testbed/bpf/src/qtelem.bpf.c), attach it, read its slots.
 
 The program counts at the qdisc enqueue/dequeue tracepoints, per port and per time slot (100 us by default), and
 closes each slot into the port's ring when that port's next event comes: an idle port costs nothing. The rings
 and the per-port state are mmapable arrays, so a drain is one numpy copy per port, not a syscall per slot.
 
-Loading and attaching go through libbpf over ctypes (testbed/ecn/libbpf.py). The links live as long as this
+Loading and attaching go through libbpf over ctypes (testbed/bpf/libbpf.py). The links live as long as this
 object's file descriptors: nothing is pinned, so a crashed reader detaches its programs as its process exits.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.ecn.libbpf import open_libbpf
+from testbed.bpf.libbpf import open_libbpf
 from testbed.errors import TestbedError
 from testbed.spec.link import ETH_HEADER
 from testbed.telemetry.netns import netns_path, run_in_netns
@@ -187,7 +187,7 @@ def _set_group(port: QtPort, ifindex: int, group: int) -> None:
 def _find_map(lib: ctypes.CDLL, obj: int, name: str) -> int:
     m = lib.bpf_object__find_map_by_name(obj, name.encode())
     if not m:
-        raise QtelemError(f"qtelem.bpf.o has no map {name!r}: rebuild it (python3 -m testbed.ecn.build)")
+        raise QtelemError(f"qtelem.bpf.o has no map {name!r}: rebuild it (python3 -m testbed.bpf.build)")
     return int(m)
 
 
@@ -195,7 +195,7 @@ def _open_loaded(obj: Path, ports: int, ring_slots: int, stash: bool) -> tuple[c
     """libbpf and the object, opened, sized for ``ports`` and loaded into the kernel (not attached); the stash
     programs load only with ``stash``. QtelemError says why not."""
     if not obj.exists():
-        raise QtelemError(f"{obj} is missing: build it with `python3 -m testbed.ecn.build`")
+        raise QtelemError(f"{obj} is missing: build it with `python3 -m testbed.bpf.build`")
     if not Path("/sys/kernel/btf/vmlinux").exists():
         raise QtelemError("no kernel BTF (/sys/kernel/btf/vmlinux): the tp_btf programs need it")
     lib = _libbpf()

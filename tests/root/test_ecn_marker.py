@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.bpf.build import DEFAULT_OUT, build
+from testbed.bpf.sysrun import BPFFS, sysctl_read
 from testbed.ecn import CongestionControl, MarkerSet, choose_impl, leaf_qdisc_args, probe
-from testbed.ecn.build import DEFAULT_OUT, build
 from testbed.ecn.cc import ALLOWED, struct_ops_ids
-from testbed.ecn.sysrun import BPFFS, sysctl_read
 from testbed.host.capabilities import Capabilities
 from testbed.spec.link import LinkSpec
 from tests.root import ecn_net as en
@@ -341,7 +341,7 @@ def test_dctcp_repeated_runs_keep_ssthresh_sane(net):
 def dctcp_counters() -> dict[str, int]:
     """The BPF DCTCP's .bss counters: ``uninit_state`` (sockets it found uninitialized), ``repaired`` (garbage
     cwnd/ssthresh values it put right)."""
-    from testbed.ecn.sysrun import tool
+    from testbed.bpf.sysrun import tool
 
     def bpftool(*args: str) -> object:
         out = subprocess.run([tool("bpftool"), "-j", *args], capture_output=True, text=True, check=False).stdout
@@ -360,7 +360,7 @@ def dctcp_counters() -> dict[str, int]:
 def dctcp_recursion_misses() -> dict[str, int]:
     """recursion_misses of the loaded struct_ops DCTCP programs (bpftool prints it only when non-zero): a program
     the trampoline skipped because it was already running on that CPU would leave its return value unset."""
-    from testbed.ecn.sysrun import tool
+    from testbed.bpf.sysrun import tool
 
     out = subprocess.run([tool("bpftool"), "-j", "prog", "show"], capture_output=True, text=True, check=False).stdout
     return {

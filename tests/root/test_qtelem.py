@@ -28,7 +28,7 @@ from tests.waiting import wait_listening, wait_until
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc, bpf)"),
-    pytest.mark.skipif(not OBJECT.exists(), reason=f"{OBJECT} not built (python3 -m testbed.ecn.build)"),
+    pytest.mark.skipif(not OBJECT.exists(), reason=f"{OBJECT} not built (python3 -m testbed.bpf.build)"),
 ]
 FRAME = 1514  # 1472 bytes of UDP payload + 28 IP/UDP + 14 Ethernet
 RATE = 100e6
@@ -236,7 +236,7 @@ def test_marks_equal_the_ebpf_markers(net: LineNet, tmp_path: Path) -> None:
 
     build = OBJECT.parent
     if not (build / "marker.bpf.o").exists():
-        pytest.skip(f"{build / 'marker.bpf.o'} not built (python3 -m testbed.ecn.build)")
+        pytest.skip(f"{build / 'marker.bpf.o'} not built (python3 -m testbed.bpf.build)")
     spec = LinkSpec.from_dict(
         {"rate": "100Mbit", "buffer": "300KB", "mtu": 1500, "ecn": {"mode": "step", "k": "3KB", "impl": "bpf"}},
         "link",

@@ -123,7 +123,7 @@ def test_choose_auto():
 def test_choose_explicit_unavailable_says_why_and_how():
     with pytest.raises(EcnError, match=r"needs sch_red: no sch_red; use impl 'bpf'"):
         choose_impl(link({**STEP, "impl": "kernel"}).marking, caps(BPF_HERE))
-    with pytest.raises(EcnError, match=r"marker not built.*testbed\.ecn\.build"):
+    with pytest.raises(EcnError, match=r"marker not built.*testbed\.bpf\.build"):
         choose_impl(link({**STEP, "impl": "bpf"}).marking, caps(NOTHING))
     assert choose_impl(link({**STEP, "impl": "bpf"}).marking, caps({**RED_HERE, "bpf_marker": True})) == "bpf"
 

@@ -20,7 +20,7 @@ PACKAGES = ("testbed", "traffic", "results", "bench")
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("testbed", "testbed.errors")),
     ("spec", ("testbed.spec",)),
-    ("host", ("testbed.host", "testbed.ecn")),
+    ("host", ("testbed.host", "testbed.bpf", "testbed.ecn")),
     ("fabric", ("testbed.fabric",)),
     (
         "runtime",

@@ -35,7 +35,7 @@ def test_availability_names_a_missing_object(tmp_path):
     from testbed.telemetry.qtelem import availability
 
     why = availability(tmp_path / "qtelem.bpf.o")
-    assert why is not None and "python3 -m testbed.ecn.build" in why
+    assert why is not None and "python3 -m testbed.bpf.build" in why
 
 
 def test_doctor_row_says_why_the_kernel_telemetry_is_missing(monkeypatch, tmp_path):

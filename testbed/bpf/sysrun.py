@@ -1,4 +1,4 @@
-"""Running the system tools testbed.ecn needs (tc, bpftool, sysctl), in the root or a named network namespace.
+"""Running the system tools of the BPF loaders (tc, bpftool, sysctl), in the root or a named network namespace.
 
 Commands in a namespace run under ``nsenter --net=/run/netns/NAME``: it switches the network namespace only, so
 /sys/fs/bpf (pinned programs) stays visible, unlike ``ip netns exec`` / ``tc -n``, which remount /sys.
@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from testbed.ecn.errors import EcnError
+from testbed.bpf.errors import BpfError
 
 BPFFS = Path("/sys/fs/bpf")
 
@@ -21,7 +21,7 @@ def tool(name: str) -> str:
         (f"{d}/{name}" for d in ("/usr/sbin", "/sbin") if Path(f"{d}/{name}").exists()), None
     )
     if not path:
-        raise EcnError(f"{name} not found (apt-get install {'bpftool' if name == 'bpftool' else 'iproute2'})")
+        raise BpfError(f"{name} not found (apt-get install {'bpftool' if name == 'bpftool' else 'iproute2'})")
     return path
 
 
@@ -30,7 +30,7 @@ def netns_prefix(netns: str | None) -> list[str]:
         return []
     path = Path("/run/netns") / netns
     if not path.exists():
-        raise EcnError(f"network namespace {netns!r} does not exist ({path})")
+        raise BpfError(f"network namespace {netns!r} does not exist ({path})")
     return [tool("nsenter"), f"--net={path}"]
 
 
@@ -41,7 +41,7 @@ def run(
     res = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
     if check and res.returncode != 0:
         where = f" in {netns}" if netns else ""
-        raise EcnError(
+        raise BpfError(
             f"`{' '.join(cmd)}`{where} failed ({res.returncode}): {(res.stderr or res.stdout).strip()[-1500:]}"
         )
     return res
@@ -66,7 +66,7 @@ def sysctl_write(key: str, value: str, netns: str | None = None) -> None:
         try:
             Path("/proc/sys", *key.split(".")).write_text(value)
         except OSError as exc:
-            raise EcnError(f"cannot set {key}={value!r}: {exc}") from None
+            raise BpfError(f"cannot set {key}={value!r}: {exc}") from None
         return
     run(["sysctl", "-qw", f"{key}={value}"], netns)
 

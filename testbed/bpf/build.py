@@ -1,4 +1,4 @@
-"""Build the project's eBPF objects: ``python3 -m testbed.ecn.build [--out DIR]`` (default: build/bpf/ in the repo).
+"""Build the project's eBPF objects: ``python3 -m testbed.bpf.build [--out DIR]`` (default: build/bpf/ in the repo).
 
 Needs clang (-target bpf), libbpf-dev (headers) and bpftool (to dump vmlinux.h from the running kernel's BTF at
 /sys/kernel/btf/vmlinux, or from --btf FILE). Exits non-zero with the reason when something is missing.
@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.ecn.errors import EcnError
+from testbed.bpf.errors import BpfError
 
-SRC_DIR = Path(__file__).resolve().parent / "bpf"
+SRC_DIR = Path(__file__).resolve().parent / "src"
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "build" / "bpf"
 # (source, object name, -D defines): qtelem_compat reads the skb's shared info with a helper (kernels before 6.2)
@@ -35,14 +35,14 @@ BTF = Path("/sys/kernel/btf/vmlinux")
 def _tool(name: str, pkg: str) -> str:
     path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
     if not path:
-        raise EcnError(f"{name} not found: install it with `apt-get install {pkg}`")
+        raise BpfError(f"{name} not found: install it with `apt-get install {pkg}`")
     return path
 
 
 def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     res = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     if res.returncode != 0:
-        raise EcnError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()[-2000:]}")
+        raise BpfError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()[-2000:]}")
     return res  # type: ignore[no-any-return]
 
 
@@ -51,9 +51,9 @@ def build(out: Path = DEFAULT_OUT, btf: Path = BTF) -> dict[str, Path]:
     clang = _tool("clang", "clang")
     bpftool = _tool("bpftool", "bpftool")
     if not Path("/usr/include/bpf/bpf_helpers.h").exists():
-        raise EcnError("libbpf headers missing (/usr/include/bpf/bpf_helpers.h): `apt-get install libbpf-dev`")
+        raise BpfError("libbpf headers missing (/usr/include/bpf/bpf_helpers.h): `apt-get install libbpf-dev`")
     if not btf.exists():
-        raise EcnError(f"no kernel BTF at {btf}: the kernel needs CONFIG_DEBUG_INFO_BTF=y (or pass --btf FILE)")
+        raise BpfError(f"no kernel BTF at {btf}: the kernel needs CONFIG_DEBUG_INFO_BTF=y (or pass --btf FILE)")
     out.mkdir(parents=True, exist_ok=True)
     vmlinux_h = out / "vmlinux.h"
     vmlinux_h.write_text(_run([bpftool, "btf", "dump", "file", str(btf), "format", "c"]).stdout)
@@ -68,18 +68,18 @@ def build(out: Path = DEFAULT_OUT, btf: Path = BTF) -> dict[str, Path]:
         _run([*cmd, "-I", str(out), "-c", str(SRC_DIR / src), "-o", str(obj)])
         objs[name] = obj
     if objs["dctcp"].read_bytes().count(DCTCP_NAME_PLACEHOLDER) != 1:
-        raise EcnError(f"{objs['dctcp']}: the DCTCP name placeholder must occur exactly once (the loader rewrites it)")
+        raise BpfError(f"{objs['dctcp']}: the DCTCP name placeholder must occur exactly once (the loader rewrites it)")
     return objs
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m testbed.ecn.build", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python3 -m testbed.bpf.build", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     ap.add_argument("--btf", type=Path, default=BTF, help="BTF file to generate vmlinux.h from")
     args = ap.parse_args(argv)
     try:
         objs = build(args.out, args.btf)
-    except EcnError as exc:
+    except BpfError as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1
     for name, path in objs.items():
