@@ -15,25 +15,15 @@ from typing import Any
 
 from bench.ring import RingResult, parse_tc_json, ring_trial
 from bench.stock import stock_net
+from testbed.calibrate.rig import fabric_spec_dict
 from testbed.fabric.build import Fabric
 from testbed.spec.fabric import FabricSpec
 
 RATES_MBIT = (25, 50, 100, 200, 400, 800)
 
 
-def spec_dict(rate_mbit: float, mtu: int) -> dict[str, Any]:
-    return {
-        "topology": "spine-leaf",
-        "spines": 2,
-        "leaves": 4,
-        "hosts_per_leaf": 2,
-        "host_link": {"rate": f"{rate_mbit:g}Mbit", "mtu": mtu, "buffer": "300KB"},
-        "transport": {"cc": "cubic", "gso_max_segs": 1},
-    }
-
-
 def ours(rate_mbit: float, mtu: int, seconds: float) -> RingResult:
-    spec = FabricSpec.from_dict(spec_dict(rate_mbit, mtu))
+    spec = FabricSpec.from_dict(fabric_spec_dict(rate_mbit * 1e6, mtu))
     with Fabric(spec, lock_wait=30) as fab:
         hosts = [(n, h.ip) for n, h in fab.hosts.items()]
 
@@ -55,7 +45,7 @@ def ours(rate_mbit: float, mtu: int, seconds: float) -> RingResult:
 
 
 def stock(rate_mbit: float, mtu: int, seconds: float) -> RingResult:
-    spec = FabricSpec.from_dict(spec_dict(rate_mbit, mtu))
+    spec = FabricSpec.from_dict(fabric_spec_dict(rate_mbit * 1e6, mtu))
     with stock_net(spec, rate_mbit, mtu) as sn:
         hosts = [(n, h.ip) for n, h in sn.topo.hosts.items()]
         routers = [n for n, node in sn.topo.nodes.items() if node.is_router]

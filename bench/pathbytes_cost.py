@@ -15,8 +15,8 @@ import argparse
 import statistics
 from typing import Any
 
-from bench.capacity import spec_dict
 from bench.ring import RingResult, ring_trial
+from testbed.calibrate.rig import fabric_spec_dict
 from testbed.fabric import pathbytes
 from testbed.fabric.build import Fabric
 from testbed.host.procs import run_checked
@@ -30,7 +30,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="trials of each setting, alternating")
     ap.add_argument("--seconds", type=float, default=4.0)
     args = ap.parse_args()
-    spec = FabricSpec.from_dict(spec_dict(args.rate, args.mtu))
+    spec = FabricSpec.from_dict(fabric_spec_dict(args.rate * 1e6, args.mtu))
     results: dict[str, list[RingResult]] = {"on": [], "off": []}
     with Fabric(spec, lock_wait=30) as fab:
         hosts = [(n, h.ip) for n, h in fab.hosts.items()]

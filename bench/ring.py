@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.calibrate.ring import iperf3_ring, ring_flows
 from testbed.telemetry.cpu import busy_fractions, parse_proc_stat
 
 Probe = Callable[[], list[dict[str, Any]]]
@@ -51,19 +52,6 @@ class RingResult:
         return sum(self.goodputs)
 
 
-def _stop(p: Any) -> None:
-    if hasattr(p, "stop"):  # testbed.host.procs.Proc: INT -> TERM -> KILL on its process group
-        p.stop(grace=1.0)
-        return
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(3)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(3)
-
-
 def _stat() -> dict[str, tuple[int, int]]:
     return parse_proc_stat(Path("/proc/stat").read_text())
 
@@ -92,21 +80,17 @@ def ring_trial(
 ) -> RingResult:
     """``hosts``: (name, ip) in ring order. Returns each flow's receiver goodput and the CPU busy share."""
     n = len(hosts)
-    procs: list[Any] = []
     payload = rate_bps * (mtu - 52) / (mtu + 14)
+    flows = ring_flows([name for name, _ip in hosts])
+    client_args = ["-t", f"{seconds:g}", "-O", f"{omit:g}", "-J", "-C", "cubic"]
     settle()
     with tempfile.TemporaryDirectory(prefix="tbd7-ring-") as tmp:
         d = Path(tmp)
-        try:
-            for i, (name, _ip) in enumerate(hosts):
-                procs.append(spawn(name, ["iperf3", "-s", "-1", "-p", str(PORT + i)], d / f"s{i}.txt"))
-            time.sleep(0.3)
-            clients = []
-            for i, (name, _ip) in enumerate(hosts):
-                dst_ip = hosts[(i + 1) % n][1]
-                argv = ["iperf3", "-c", dst_ip, "-p", str(PORT + (i + 1) % n), "-t", f"{seconds:g}", "-O", f"{omit:g}"]
-                clients.append(spawn(name, argv + ["-J", "-C", "cubic"], d / f"c{i}.json"))
-            procs += clients
+
+        def launch(role: str, i: int, host: str, argv: list[str]) -> Any:
+            return spawn(host, argv, d / (f"c{i}.json" if role == "client" else f"s{i}.txt"))
+
+        with iperf3_ring(launch, flows, dict(hosts), PORT, client_args) as clients:
             time.sleep(omit)
             s0 = _stat()
             t_end = time.monotonic() + seconds
@@ -122,9 +106,6 @@ def ring_trial(
                     c.wait(max(0.1, deadline - time.monotonic()))
                 except (TimeoutError, subprocess.TimeoutExpired):
                     raise RuntimeError("an iperf3 client did not finish 10 s after its end") from None
-        finally:
-            for p in procs:
-                _stop(p)
         goodputs = []
         for i in range(n):
             text = (d / f"c{i}.json").read_text()

@@ -16,8 +16,9 @@ SAMPLER_HZ, SAMPLER_LINK_HZ, SAMPLER_CPU_HZ = 1000.0, 100.0, 10.0  # a run's def
 
 
 def fabric_spec_dict(rate_bps: float, mtu: int) -> dict[str, Any]:
-    """The calibration fabric: the bench's 2x4x2 spine-leaf (an 8-host ring: half the flows under one leaf, half
-    across a spine), cubic without ECN, packet-level (``gso_max_segs 1``), drop-tail."""
+    """The calibration fabric, which the benchmarks' capacity trials build too: a 2x4x2 spine-leaf (an 8-host ring:
+    half the flows under one leaf, half across a spine), cubic without ECN, packet-level (``gso_max_segs 1``),
+    drop-tail."""
     return {
         "topology": "spine-leaf",
         "spines": 2,

@@ -41,6 +41,7 @@ from testbed.calibrate.rig import (
     set_links,
     tx_counters,
 )
+from testbed.calibrate.ring import iperf3_ring, ring_flows
 
 PORT = 5401
 PLAN: tuple[tuple[int, tuple[float, ...]], ...] = ((9000, (50e6, 100e6)), (1500, (8e6, 15e6)))
@@ -50,11 +51,6 @@ IDLE_S = 2.0  # idle baseline, and each idle sampler window
 SUBSET_NAMESPACES = 4
 FOREIGN_WARN = 0.15  # share of the machine other processes may use before the result is flagged as noisy
 BUSY_WARN = 0.9  # a window this busy was CPU-bound: its cost per packet is not the unloaded one
-
-
-def ring_flows(hosts: Sequence[str]) -> list[tuple[str, str]]:
-    """Host i -> host i+1 (the last to the first)."""
-    return [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]
 
 
 def _ring(
@@ -70,38 +66,31 @@ def _ring(
     """One traffic window: iperf3 ``flows`` (default: the ring over every host) at ``rate_bps`` (and the sampler,
     ``with_sampler``); they run ``OMIT_S`` before the window opens."""
     flows = list(flows or ring_flows(list(fab.hosts)))
-    procs = []
     out.mkdir(parents=True, exist_ok=True)
-    with run_sampler(fab, out / "sampler") if with_sampler else nullcontext() as handle:
-        for i, (_src, dst) in enumerate(flows):
-            procs.append(
-                fab.procs.spawn(f"iperf3-s-{i}", ["iperf3", "-s", "-1", "-p", str(PORT + i)], netns=fab.netns(dst))
-            )
-        time.sleep(0.3)
-        clients = []
-        for i, (src, dst) in enumerate(flows):
-            argv = ["iperf3", "-c", fab.hosts[dst].ip, "-p", str(PORT + i), "-C", "cubic"]
-            argv += ["-t", f"{OMIT_S + window_s + 2:g}"]
-            clients.append(
-                fab.procs.spawn(f"iperf3-c-{i}", argv, netns=fab.netns(src), stderr=out / f"iperf3-{src}-{dst}.err")
-            )
-        procs += clients
-        try:
-            time.sleep(OMIT_S)
-            t0, c0, t0b = time.monotonic(), tx_counters(fab), time.monotonic()
-            s0 = proc_cpu_s(handle.proc) if handle else 0.0
-            w = CpuWindow()
-            w.start()
-            time.sleep(window_s)
-            w.stop()
-            s1 = proc_cpu_s(handle.proc) if handle else 0.0
-            t1, c1, t1b = time.monotonic(), tx_counters(fab), time.monotonic()
-            ended = [c for c in clients if c.poll() is not None]
-            if ended:
-                raise CalibrationError(f"iperf3 client {ended[0].name} ended early: {ended[0].stderr_tail(3)}")
-        finally:
-            for p in reversed(procs):
-                p.stop(grace=1.0)
+    client_args = ["-C", "cubic", "-t", f"{OMIT_S + window_s + 2:g}"]
+
+    def spawn(role: str, i: int, host: str, argv: list[str]) -> Any:
+        src, dst = flows[i]
+        err = {"stderr": out / f"iperf3-{src}-{dst}.err"} if role == "client" else {}
+        return fab.procs.spawn(f"iperf3-{role[0]}-{i}", argv, netns=fab.netns(host), **err)
+
+    ips = {name: h.ip for name, h in fab.hosts.items()}
+    with (
+        run_sampler(fab, out / "sampler") if with_sampler else nullcontext() as handle,
+        iperf3_ring(spawn, flows, ips, PORT, client_args) as clients,
+    ):
+        time.sleep(OMIT_S)
+        t0, c0, t0b = time.monotonic(), tx_counters(fab), time.monotonic()
+        s0 = proc_cpu_s(handle.proc) if handle else 0.0
+        w = CpuWindow()
+        w.start()
+        time.sleep(window_s)
+        w.stop()
+        s1 = proc_cpu_s(handle.proc) if handle else 0.0
+        t1, c1, t1b = time.monotonic(), tx_counters(fab), time.monotonic()
+        ended = [c for c in clients if c.poll() is not None]
+        if ended:
+            raise CalibrationError(f"iperf3 client {ended[0].name} ended early: {ended[0].stderr_tail(3)}")
     # the counters are read just outside the CPU window, over ~0.1 s each: their deltas, scaled to the window
     scale = w.wall_s / ((t1 + t1b) / 2 - (t0 + t0b) / 2)
     fwd = ForwardingSample(

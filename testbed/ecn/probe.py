@@ -11,6 +11,7 @@ from testbed.bpf.errors import BpfError
 from testbed.bpf.sysrun import BPFFS, ensure_bpffs, run, tool
 from testbed.ecn.cc import available
 from testbed.ecn.errors import EcnError
+from testbed.host.trials import RED_ECN_TRIAL
 
 BTF = Path("/sys/kernel/btf/vmlinux")
 
@@ -21,32 +22,7 @@ def _btf_has(*names: str) -> dict[str, bool]:
 
 
 def _probe_red(netns: str) -> tuple[bool, str]:
-    args = [
-        "tc",
-        "qdisc",
-        "add",
-        "dev",
-        "lo",
-        "root",
-        "handle",
-        "1:",
-        "red",
-        "limit",
-        "400000",
-        "min",
-        "30000",
-        "max",
-        "30001",
-        "avpkt",
-        "1514",
-        "burst",
-        "20",
-        "probability",
-        "0.5",
-        "bandwidth",
-        "100mbit",
-        "ecn",
-    ]
+    args = ["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", *RED_ECN_TRIAL]
     res = run(args, netns, check=False)
     if res.returncode == 0:
         run(["tc", "qdisc", "del", "dev", "lo", "root"], netns, check=False)

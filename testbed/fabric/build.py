@@ -20,7 +20,6 @@ from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from testbed.errors import TestbedError
 from testbed.fabric import classstats, pathbytes, tc
 from testbed.fabric.checks import check_spec
 from testbed.fabric.flowlet import FlowletSet
@@ -58,10 +57,6 @@ HOST_SYSCTLS = {
     # the kernel's own picks (control connections, placement: kernel) stay clear of the placed source ports
     "net.ipv4.ip_local_port_range": f"{EPHEMERAL[0]} {EPHEMERAL[1]}",
 }
-
-
-class BuildError(TestbedError, RuntimeError):
-    """The fabric could not be built as specified (nothing is left behind)."""
 
 
 class Fabric:

@@ -163,7 +163,7 @@ class Capabilities:
     """What ``probe()`` found on this machine (frozen). None, or a name missing from a mapping, means not probed
     (unknown): the namespace trials need root, and canned test dicts hold a few keys only.
 
-    ``qdiscs`` (``qdisc.<name>`` of the probe's dict: each of ``testbed.host.probe.QDISC_TRIALS``), ``cc`` (``cc.<name>``: reno,
+    ``qdiscs`` (``qdisc.<name>`` of the probe's dict: each of ``testbed.host.trials.QDISC_TRIALS``), ``cc`` (``cc.<name>``: reno,
     cubic, bbr, dctcp, built in or as a loadable module) and ``tools`` (``tool.<name>``: on PATH) map names to
     whether they work. ``has(key)`` / ``require(key, why)`` read the probe's keys (the ``NEEDS`` table's); code
     reads the attributes. ``to_dict()`` is the plain dict a run manifest stores, ``from_dict`` reads one back."""

@@ -13,36 +13,7 @@ from typing import Any
 
 from testbed.host import mininet_compat
 from testbed.host.capabilities import Capabilities
-
-# kernel RED with ECN marking, as the probe and the guest check (testbed.vm.check) try it
-RED_ECN_TRIAL = [
-    "red",
-    "limit",
-    "400000",
-    "min",
-    "30000",
-    "max",
-    "90000",
-    "avpkt",
-    "1500",
-    "burst",
-    "21",
-    "probability",
-    "0.1",
-    "bandwidth",
-    "100mbit",
-    "ecn",
-]
-QDISC_TRIALS: dict[str, list[str]] = {
-    "htb": ["htb", "default", "1"],
-    "tbf": ["tbf", "rate", "1mbit", "burst", "10kb", "latency", "10ms"],
-    "bfifo": ["bfifo", "limit", "100000"],
-    "pfifo": ["pfifo", "limit", "100"],
-    "red": RED_ECN_TRIAL,
-    "netem": ["netem", "delay", "1ms"],
-    "fq_codel": ["fq_codel"],
-    "clsact": ["clsact"],
-}
+from testbed.host.trials import QDISC_TRIALS
 
 
 def _run(argv: list[str], timeout: float = 5) -> subprocess.CompletedProcess[str]:

@@ -159,10 +159,6 @@ def resolved(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:80]
-
-
 def _set_path(data: dict[str, Any], dotted: str, value: Any, where: str = "") -> None:
     """Set ``a.b.0.c`` in nested dicts and lists (a number indexes a list, e.g. ``workload.0.servers``); an error
     names ``where`` (default ``sweep.a.b.0.c``)."""
@@ -361,13 +357,3 @@ def load_scenario(source: str | Path | dict[str, Any], settings: Sequence[Settin
         except SpecError as exc:
             raise naming_setting(exc, settings) from None
     return load_scenario_file(source, settings).base
-
-
-def variant_slug(scenario: Scenario) -> str:
-    parts = [
-        f"{k.split('.')[-1]}={v if not isinstance(v, dict) else '-'.join(str(x) for x in v.values())}"
-        for k, v in scenario.variant
-    ]
-    if scenario.repeat > 1:
-        parts.append(f"r{scenario.repeat_index}")
-    return _slug("_".join(parts))

@@ -12,11 +12,12 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 
-from testbed.host.probe import RED_ECN_TRIAL
+from testbed.host.trials import RED_ECN_TRIAL
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
-QDISCS: dict[str, tuple[list[str], str]] = {  # name -> (tc args, word that `tc qdisc show` must print)
+QDISCS: dict[str, tuple[Sequence[str], str]] = {  # name -> (tc args, word that `tc qdisc show` must print)
     "red+ecn": (RED_ECN_TRIAL, "ecn"),
     "netem": (["netem", "delay", "1ms"], "delay 1ms"),
     "fq_codel": (["fq_codel"], "fq_codel"),

@@ -49,7 +49,7 @@ def scenario(tmp_path: Path, buffers: list[str], repeat: int = 1) -> Path:
     return path
 
 
-def testbed(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _testbed(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, "-m", "testbed", *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
@@ -120,14 +120,14 @@ def manifests(out: Path) -> list[dict[str, Any]]:
 
 
 def nothing_left() -> str:
-    cp = testbed("clean", timeout=120)
+    cp = _testbed("clean", timeout=120)
     return cp.stdout.strip() + cp.stderr.strip()
 
 
 def test_sweep_on_two_workers_reads_like_a_local_run(cluster: Any, tmp_path: Path) -> None:
     path = scenario(tmp_path, ["100KB", "300KB"], repeat=2)
     out = tmp_path / "runs"
-    cp = testbed("run", str(path), "-o", str(out), "--cluster", cluster.scheduler_address)
+    cp = _testbed("run", str(path), "-o", str(out), "--cluster", cluster.scheduler_address)
     tail = f"\nstdout:\n{cp.stdout[-3000:]}\nstderr:\n{cp.stderr[-3000:]}"
     assert cp.returncode == 0, tail
     got = manifests(out)
@@ -151,7 +151,7 @@ def test_sweep_on_two_workers_reads_like_a_local_run(cluster: Any, tmp_path: Pat
     # the same point run here: the same files and the same manifest keys, plus the worker
     local = tmp_path / "local"
     one = scenario(tmp_path, [])
-    lp = testbed("run", str(one), "-o", str(local), "--no-report")
+    lp = _testbed("run", str(one), "-o", str(local), "--no-report")
     assert lp.returncode == 0, lp.stdout[-2000:] + lp.stderr[-2000:]
     (lm,) = manifests(local)
     cm = got[0]
@@ -159,7 +159,7 @@ def test_sweep_on_two_workers_reads_like_a_local_run(cluster: Any, tmp_path: Pat
     files = {str(p.relative_to(out / cm["run_id"])) for p in (out / cm["run_id"]).rglob("*") if p.is_file()}
     local_files = {str(p.relative_to(local / lm["run_id"])) for p in (local / lm["run_id"]).rglob("*") if p.is_file()}
     assert files == local_files
-    report = testbed("report", str(out), "-o", str(tmp_path / "report"), "--no-plots")
+    report = _testbed("report", str(out), "-o", str(tmp_path / "report"), "--no-plots")
     assert report.returncode == 0 and "4 run(s)" in report.stdout, report.stdout + report.stderr
     assert "different calibrations" not in report.stdout  # one machine, one calibration
     assert nothing_left() == "nothing to clean"
@@ -255,12 +255,12 @@ def test_tls_cluster_on_localhost(caps: dict[str, Any], tmp_path: Path) -> None:
     with local_cluster(caps, tmp_path / "dask", security=sec, protocol="tls://") as c:
         assert c.scheduler_address.startswith("tls://")
         tls = ["--tls-ca-file", ca, "--tls-cert", cert, "--tls-key", key]
-        cp = testbed("run", str(path), "-o", str(out), "--no-report", "--cluster", c.scheduler_address, *tls)
+        cp = _testbed("run", str(path), "-o", str(out), "--no-report", "--cluster", c.scheduler_address, *tls)
         assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
         (m,) = manifests(out)
         assert m["status"] == "complete" and m["worker"]["address"].startswith("tls://")
         # without the certificates the client cannot join: one line, naming the address
-        plain = testbed("run", str(path), "-o", str(tmp_path / "no"), "--cluster", c.scheduler_address)
+        plain = _testbed("run", str(path), "-o", str(tmp_path / "no"), "--cluster", c.scheduler_address)
         assert plain.returncode != 0
         lines = plain.stderr.strip().splitlines()
         assert len(lines) == 1 and c.scheduler_address in lines[0], plain.stderr
@@ -300,7 +300,7 @@ def test_scheduler_and_worker_commands(tmp_path: Path) -> None:
         worker = start_cli("worker", address[1], env={"DASK_TEMPORARY_DIRECTORY": str(tmp_path / "dask")})
         path = scenario(tmp_path, [])
         out = tmp_path / "runs"
-        cp = testbed("run", str(path), "-o", str(out), "--no-report", "--cluster", address[1])
+        cp = _testbed("run", str(path), "-o", str(out), "--no-report", "--cluster", address[1])
         assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
         (m,) = manifests(out)
         assert m["status"] == "complete" and m["worker"]["calibration"] is not None

@@ -16,17 +16,17 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="ne
 
 
 def _run(rate_mbit: float, mtu: int, out):
-    from bench.capacity import spec_dict
     from bench.main import bench_lock
     from bench.ring import ring_trial
     from results.fidelity import evaluate
     from results.tables import read_table
+    from testbed.calibrate.rig import fabric_spec_dict
     from testbed.fabric.build import Fabric
     from testbed.spec.fabric import FabricSpec
     from testbed.spec.schemas import TEXT
     from testbed.telemetry import PortRef, start_sampler
 
-    spec = FabricSpec.from_dict(spec_dict(rate_mbit, mtu))
+    spec = FabricSpec.from_dict(fabric_spec_dict(rate_mbit * 1e6, mtu))
     with bench_lock(600), Fabric(spec, lock_wait=1800) as fab:
         refs = [PortRef(fab.netns(p.node), p.dev, node=p.node) for p in fab.ports()]
         ports = [{"node": p.node, "dev": p.dev, "rate_bps": p.link.rate_bps, "mtu": p.link.mtu} for p in fab.ports()]

@@ -150,6 +150,7 @@ def test_variant_slug() -> None:
     assert variant_slug({"links.buffer": "50KB", "ecn.enabled": True}) == "enabledtrue_buffer50KB"
     assert variant_slug({}) == ""
     assert len(variant_slug({"k": "x" * 200})) == 60
+    assert variant_slug({"description": "a b/c*d"}) == "descriptionabcd"  # safe in a path
 
 
 def test_flush_puts_every_buffered_row_on_disk(tmp_path: Path) -> None:

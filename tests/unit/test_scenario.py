@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from testbed.spec.fields import SpecError
-from testbed.spec.scenario import expand, load_scenario, load_scenario_file, variant_slug
+from testbed.spec.scenario import expand, load_scenario, load_scenario_file
 from testbed.spec.units import Size
 
 BASE = """
@@ -54,7 +54,6 @@ def test_load_plain_file(tmp_path: Path) -> None:
     assert s.fabric.leaves == 2 and s.fabric.host_link.buffer == Size(307_200)
     assert s.workload == ()
     assert s.variant == () and s.repeat_index == 0
-    assert variant_slug(s) == ""
     assert s.raw["fabric"]["host_link"]["rate"] == "100Mbit"
     assert (s.telemetry.queue_hz, s.telemetry.link_hz, s.telemetry.cpu_hz) == (1000.0, 100.0, 10.0)
     assert load_scenario(tmp_path / "s.yaml") == s
@@ -95,26 +94,18 @@ def test_sweep_cross_product_and_repeats(tmp_path: Path) -> None:
     assert last.fabric.host_link.buffer == Size(204_800) and last.fabric.host_link.marking.k == Size(30_720)
     assert last.raw["fabric"]["host_link"]["ecn"] == {"mode": "step", "k": "30KB"}
     assert last.raw["fabric"]["host_link"]["rate"] == "100Mbit"  # the rest of the mapping kept
-    # every point's slug names its sweep values and its repetition; slugs differ between points
-    assert variant_slug(first) == "buffer-100KB_ecn-False_r0"
-    assert variant_slug(last) == "buffer-200KB_ecn-step-30KB_r2"
-    assert len({variant_slug(p) for p in sf.points}) == 12
+    assert (first.repeat_index, last.repeat_index) == (0, 2)
 
 
 def test_sweep_creates_missing_mappings() -> None:
     sf = expand({"name": "x", "fabric": {}, "sweep": {"fabric.ecmp.hash": ["l3", "l4"]}})
     assert [p.fabric.ecmp.hash for p in sf.points] == ["l3", "l4"]
-    assert [variant_slug(p) for p in sf.points] == ["hash-l3", "hash-l4"]
+    assert [p.variant for p in sf.points] == [(("fabric.ecmp.hash", "l3"),), (("fabric.ecmp.hash", "l4"),)]
 
 
 def test_sweep_top_level_key() -> None:
     sf = expand({"name": "x", "fabric": {}, "sweep": {"duration": ["1s", "2s"]}})
     assert [p.duration_s for p in sf.points] == [1.0, 2.0]
-
-
-def test_variant_slug_is_path_safe() -> None:
-    sf = expand({"name": "x", "fabric": {}, "sweep": {"description": ["a b/c*d"]}})
-    assert variant_slug(sf.points[0]) == "description-a-b-c-d"
 
 
 def test_sweep_point_error_mentions_the_point() -> None:
@@ -168,7 +159,10 @@ def test_sweep_into_a_list() -> None:
     }
     sf = expand(data)
     assert [p.fabric.overrides[0].values for p in sf.points] == [(("rate", "1Mbit"),), (("rate", "2Mbit"),)]
-    assert [variant_slug(p) for p in sf.points] == ["rate-1Mbit", "rate-2Mbit"]
+    assert [p.variant for p in sf.points] == [
+        (("fabric.overrides.0.rate", "1Mbit"),),
+        (("fabric.overrides.0.rate", "2Mbit"),),
+    ]
     assert data["fabric"]["overrides"][0]["rate"] == "5Mbit"  # the caller's data untouched
 
 
