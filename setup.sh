@@ -86,7 +86,7 @@ case "${1:-install}" in
     # On a stock kernel the stock_kernel scenarios ran natively just now; elsewhere they skipped, saying what the
     # kernel lacks, and run here in one guest boot (after the native pass: the cross-check reads its eBPF record).
     # With pytest arguments (a subset) there is no guest pass: `./setup.sh stock` runs it alone.
-    missing=$($PY -c 'from testbed.host.capabilities import stock_missing; from testbed.host.probe import probe; print(" ".join(stock_missing(probe())))') \
+    missing=$($PY -c 'from testbed.host.capabilities import stock_missing; from testbed.fabric.probe import probe; print(" ".join(stock_missing(probe())))') \
       || { echo "setup.sh: the capability probe failed: cannot tell whether the guest pass is needed" >&2; exit 1; }
     if [ -n "$missing" ] && [ $# -eq 0 ]; then
       echo "setup.sh: this kernel lacks $missing: the stock-kernel scenarios run in the guest kernel mode"

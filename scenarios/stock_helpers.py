@@ -21,8 +21,8 @@ BOTTLENECK = "l1:l1-l1h1"  # every stock scenario sends into l1h1
 
 def require_stock_kernel(*needs: str) -> Capabilities:
     """Skip (with what is missing and how to run it) unless this kernel has kernel RED / netem / tcp_dctcp."""
+    from testbed.fabric.probe import probe
     from testbed.host.capabilities import stock_missing
-    from testbed.host.probe import probe
 
     caps = probe()
     lacking = stock_missing(caps)

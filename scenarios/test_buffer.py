@@ -115,8 +115,8 @@ MONOTONE_SLACK = 0.03
 def test_buffer_sizing_rule(experiment):
     from scenario_helpers import port_utilization, srtt_min_s, steady_window
 
+    from testbed.fabric.probe import probe
     from testbed.host.capabilities import NEEDS
-    from testbed.host.probe import probe
 
     caps = probe()
     if not caps.has("qdisc.netem"):

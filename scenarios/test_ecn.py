@@ -149,7 +149,7 @@ def _bpf_dctcp() -> bool:
 
     if os.geteuid() != 0:
         return False
-    from testbed.host.probe import probe
+    from testbed.fabric.probe import probe
 
     return probe().ecn.dctcp == "bpf"
 

@@ -187,7 +187,7 @@ def judge_dctcp_k(exp):
 def test_crosscheck_bpf_reference(experiment):
     """The eBPF marker's side of the cross-check, natively (the 6.1 guest cannot load the marker: it needs the
     Linux >= 6.2 kfunc bpf_cast_to_kern_ctx). Its record is what the guest's kernel RED run is compared with."""
-    from testbed.host.probe import probe
+    from testbed.fabric.probe import probe
 
     ecn = probe().ecn
     if not ecn.bpf_marker:

@@ -66,7 +66,7 @@ def make_fabric(scenario: Scenario | str | Path | dict[str, Any], lock_wait: flo
     always tears it down; before that, the run's own checks refuse what this machine cannot run (capabilities,
     the CPU budget, the bounds) as a SpecError. ``lock_wait``: seconds to wait for another run's lock. Root."""
     from testbed.fabric.build import Fabric
-    from testbed.host.probe import probe
+    from testbed.fabric.probe import probe
     from testbed.run import job_ccs, preflight
 
     point = _scenario(scenario)

@@ -1,7 +1,7 @@
 """What this machine can do, as a run records it and doctor prints it: the capability probe
-(``testbed.host.probe``) plus the CPU cost calibration's status (``testbed.calibrate.cache``).
+(``testbed.fabric.probe``) plus the CPU cost calibration's status (``testbed.calibrate.cache``).
 
-The calibration sits above the fabric it measures, so the host-layer probe cannot read it; this module joins the two.
+The calibration sits above the fabric it measures, so the probe cannot read it; this module joins the two.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import dataclasses
 
 from testbed.calibrate import cache
+from testbed.fabric import probe as fabric_probe
 from testbed.host import capabilities
-from testbed.host import probe as host_probe
 from testbed.host.capabilities import Capabilities
 
 
 def probe() -> Capabilities:
-    """``testbed.host.probe.probe()`` with ``calibration``: this machine's calibration, or why there is none."""
-    return dataclasses.replace(host_probe.probe(), calibration=cache.status())
+    """``testbed.fabric.probe.probe()`` with ``calibration``: this machine's calibration, or why there is none."""
+    return dataclasses.replace(fabric_probe.probe(), calibration=cache.status())
 
 
 def doctor_rows(caps: Capabilities) -> list[tuple[str, str, str, str]]:

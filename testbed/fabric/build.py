@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.fabric import classstats, pathbytes, tc
 from testbed.fabric.checks import check_spec
 from testbed.fabric.flowlet import FlowletSet
+from testbed.fabric.probe import probe
 from testbed.fabric.routing import (
     downlinks,
     predict_path,
@@ -35,7 +36,6 @@ from testbed.fabric.routing import (
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
 from testbed.host.ownership import RunLock, RunState, delete_netns
-from testbed.host.probe import probe
 from testbed.host.procs import ProcessGroup, run_checked
 from testbed.host.sysctls import set_in_netns
 from testbed.spec.classes import htb_plan

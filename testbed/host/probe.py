@@ -1,5 +1,8 @@
 """The capability probe: what this machine can do, found by trying it in a scratch namespace (never by reading
 version numbers). Returns a ``testbed.host.capabilities.Capabilities``.
+
+The trials of layers above the host (the ECN marking and DCTCP implementations) come in as ``netns_trials`` and
+run in the same scratch namespace: ``testbed.fabric.probe.probe`` is the whole probe.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +19,15 @@ from testbed.host import mininet_compat
 from testbed.host.capabilities import Capabilities
 from testbed.host.trials import QDISC_TRIALS
 
+# a trial in the scratch namespace: it adds its keys to the results, given the namespace's name
+NetnsTrial = Callable[[dict[str, Any], str], None]
+
 
 def _run(argv: list[str], timeout: float = 5) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 
-def _probe_netns(results: dict[str, Any]) -> None:
+def _probe_netns(results: dict[str, Any], trials: Sequence[NetnsTrial]) -> None:
     ns = f"tbprobe{os.getpid()}"
     if _run(["ip", "netns", "add", ns]).returncode != 0:
         results["netns"] = False
@@ -54,7 +61,8 @@ def _probe_netns(results: dict[str, Any]) -> None:
             results["nftables"] = cp.returncode == 0
         else:
             results["nftables"] = False
-        _probe_ecn(results, ns)
+        for trial in trials:
+            trial(results, ns)
     finally:
         _run(["ip", "netns", "delete", ns])
 
@@ -81,8 +89,9 @@ def _mininet(results: dict[str, Any]) -> None:
         results["mininet"] = False
 
 
-def probe() -> Capabilities:
-    """Try every capability. Needs root for the namespace trials (without it they stay unknown)."""
+def probe(netns_trials: Sequence[NetnsTrial] = ()) -> Capabilities:
+    """Try every capability of the host, and ``netns_trials`` in the scratch namespace. Needs root for the
+    namespace trials (without it they stay unknown)."""
     results: dict[str, Any] = {
         "kernel": platform.release(),
         "machine": platform.machine(),
@@ -90,7 +99,7 @@ def probe() -> Capabilities:
         "root": os.geteuid() == 0,
     }
     if results["root"]:
-        _probe_netns(results)
+        _probe_netns(results, netns_trials)
     _cc(results)
     _mininet(results)
     results["btf"] = Path("/sys/kernel/btf/vmlinux").exists()
@@ -100,13 +109,3 @@ def probe() -> Capabilities:
     for tool in ("clang", "bpftool", "iperf3", "tcpdump", "tc", "ip", "nft", "ethtool"):
         results[f"tool.{tool}"] = shutil.which(tool) is not None
     return Capabilities.from_dict(results)
-
-
-def _probe_ecn(results: dict[str, Any], netns: str) -> None:
-    """Which ECN marking and DCTCP implementations this machine will use (testbed.ecn decides)."""
-    try:
-        from testbed import ecn  # its BPF tooling may be missing: doctor says so instead of failing
-    except ImportError as exc:
-        results["ecn"] = {"marking_auto": None, "error": f"testbed.ecn failed to import: {exc}"}
-        return
-    results["ecn"] = ecn.probe(netns)
