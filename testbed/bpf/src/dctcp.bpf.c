@@ -34,13 +34,12 @@ struct dctcp_state {
 	__u32 max_cwnd;         /* the largest cwnd seen that passed the sanity check */
 };
 
-/* Read from the object's .bss by the tests. On this machine's Linux 6.18 a sender sometimes sits in CWR with an
- * ssthresh no program of ours set (infinite, or a word like 0x81104110), and PRR then grows cwnd without bound
- * (measured: cwnd 962367159 on an ESTAB socket ACKed 16 ms before). Our programs do run meanwhile (no recursion
- * misses; re-applying ssthresh()'s value on entering CWR never found it changed), so the cause is in the kernel.
- * uninit_state counts sockets whose state was found uninitialized (40 in every 5-run test, before any repair);
- * repaired counts garbage cwnd/ssthresh values put right per ACK (228-646 in a 5-run test). The repair narrows
- * the bug, it does not remove it: 6 of 15 runs still dropped (8 of 10 before). */
+/* Read from the object's .bss by the tests. On Linux 6.18 a sender sometimes sits in CWR with an ssthresh no
+ * program of ours set (infinite, or a word like 0x81104110), and PRR then grows cwnd without bound. Our programs
+ * do run meanwhile (no recursion misses; re-applying ssthresh()'s value on entering CWR never found it changed),
+ * so the cause is in the kernel. uninit_state counts sockets whose state was found uninitialized (before any
+ * repair); repaired counts garbage cwnd/ssthresh values put right per ACK. The repair narrows the bug, it does not
+ * remove it: some runs still drop. The counts seen in runs: docs/bench.md ("The BPF DCTCP's repair"). */
 __u64 uninit_state = 0;
 __u64 repaired = 0;
 
@@ -104,7 +103,7 @@ static __always_inline void repair(struct tcp_sock *tp, struct dctcp_state *s)
 		__sync_fetch_and_add(&repaired, 1);
 	}
 	/* In CWR or Recovery an infinite ssthresh is garbage too: PRR would grow cwnd by ssthresh / prior_cwnd per
-	 * ACK (measured: cwnd 962367159 on an ESTAB socket in CWR, ACKed 16 ms before). */
+	 * ACK (docs/bench.md, "The BPF DCTCP's repair"). */
 	if ((tp->snd_ssthresh != TCP_INFINITE_SSTHRESH || s->ca_state == TCP_CA_CWR || s->ca_state == TCP_CA_Recovery) &&
 	    tp->snd_ssthresh > bound) {
 		tp->snd_ssthresh = tp->snd_cwnd / 2 > 2 ? tp->snd_cwnd / 2 : 2;
