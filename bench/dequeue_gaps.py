@@ -21,10 +21,10 @@ from typing import Any
 from bench.benchnet import line_net
 from results.fidelity_gaps import port_gaps
 from testbed.host.procs import ProcessGroup
+from testbed.host.waiting import wait_listening, wait_until
 from testbed.spec.units import parse_rate
 from testbed.telemetry.qslots import port_totals
 from testbed.telemetry.qtelem import QtPort, QueueTelemetry
-from tests.waiting import wait_listening, wait_until
 
 HOG = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.host.waiting import wait_listening
 from testbed.spec.units import parse_size
-from tests.waiting import wait_listening
 
 PREFIX = "tbd3"
 HOSTS = {"s1": "10.103.1.1", "s2": "10.103.2.1", "d": "10.103.3.1"}

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from testbed.host import structops
+from testbed.host.waiting import wait_until
 from tests.root.hoststate import ROOT, harness_run, procs_in_other_netns, staged_rows
-from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc)")]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from testbed.host.ownership import BusyError, RunLock, delete_netns, list_netns
+from testbed.host.waiting import wait_until
 from tests.root.hoststate import ROOT, harness_run, procs_in_other_netns, staged_rows
-from tests.waiting import wait_until
 
 pytestmark = pytest.mark.root
 

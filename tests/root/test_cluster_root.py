@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from testbed.cluster.task import worker_options
-from tests.waiting import wait_until
+from testbed.host.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc)")]
 REPO = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ from testbed.bpf.sysrun import BPFFS, sysctl_read
 from testbed.ecn import CongestionControl, MarkerSet, choose_impl, leaf_qdisc_args, probe
 from testbed.ecn.cc import ALLOWED, struct_ops_ids
 from testbed.host.capabilities import Capabilities
+from testbed.host.waiting import wait_listening, wait_until
 from testbed.spec.link import LinkSpec
 from tests.root import ecn_net as en
-from tests.waiting import wait_listening, wait_until
 
 pytestmark = [
     pytest.mark.root,

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from testbed.fabric.build import Fabric
-from tests.waiting import wait_listening, wait_until
+from testbed.host.waiting import wait_listening, wait_until
 
 pytestmark = pytest.mark.root
 

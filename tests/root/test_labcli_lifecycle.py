@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.host.waiting import wait_until
 from tests.root.hoststate import procs_in_other_netns
 from tests.root.test_labcli import SPINE_LEAF, _cmd, _ours, _spawn
-from tests.waiting import wait_until
 
 pexpect = pytest.importorskip("pexpect", reason="python3-pexpect is not installed (setup.sh installs it)")
 

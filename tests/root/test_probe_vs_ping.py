@@ -25,10 +25,10 @@ import pytest
 
 from testbed.host.capabilities import Capabilities
 from testbed.host.procs import ProcessGroup
+from testbed.host.waiting import wait_listening, wait_until
 from testbed.spec.topology import HostInfo
 from testbed.spec.workload import parse_workload
 from tests.root import ecn_net as en
-from tests.waiting import wait_listening, wait_until
 from traffic.base import RunContext
 from traffic.placement import SourcePorts
 from traffic.workload import run_workload

@@ -20,10 +20,10 @@ import pytest
 
 from bench.benchnet import LineNet, line_net
 from testbed.host.procs import ProcessGroup
+from testbed.host.waiting import wait_listening, wait_until
 from testbed.telemetry.netns import run_in_netns
 from testbed.telemetry.qtelem import COMPAT_OBJECT, GROUP_BASE, OBJECT, QtPort, QueueTelemetry
 from tests.root.hoststate import run_one
-from tests.waiting import wait_listening, wait_until
 
 pytestmark = [
     pytest.mark.root,

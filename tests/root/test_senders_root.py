@@ -15,9 +15,9 @@ import pytest
 from bench.benchnet import LineNet, line_net
 from results.fidelity_senders import check_senders
 from testbed.host.procs import ProcessGroup
+from testbed.host.waiting import wait_listening
 from testbed.telemetry import start_sampler
 from testbed.telemetry.ports import SenderRef
-from tests.waiting import wait_listening
 from traffic.iperf import parse_iperf
 
 pytestmark = [

@@ -23,9 +23,9 @@ from bench.benchnet import LineNet, line_net, scale_net
 from bench.sampler_rate import compare
 from results.fidelity import Thresholds
 from testbed.host.procs import ProcessGroup
+from testbed.host.waiting import wait_listening, wait_until
 from testbed.telemetry import poll_once, start_sampler
 from testbed.telemetry.netstat import deltas, snapshot_hosts
-from tests.waiting import wait_listening, wait_until
 
 pytestmark = [
     pytest.mark.root,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.host.waiting import wait_until
 from testbed.telemetry.canary import CanaryConfig, health, unexplained
-from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 

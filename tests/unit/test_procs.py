@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from testbed.host.procs import CommandError, ProcessGroup, run_checked
-from tests.waiting import wait_until
+from testbed.host.waiting import wait_until
 
 
 def _gone(pgid: int) -> bool:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from testbed.host import ownership, staging
+from testbed.host.waiting import wait_until
 from testbed.telemetry import control
 from testbed.telemetry.sampler import SamplerError
-from tests.waiting import wait_until
 
 # the guest's mounts, as `testbed vm` showed them (/proc/self/mountinfo of the 6.1 guest, shortened)
 GUEST = """\

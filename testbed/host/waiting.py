@@ -1,4 +1,5 @@
-"""Waiting on conditions in tests: poll a predicate with a timeout instead of sleeping a guessed time.
+"""Waiting on conditions, for the tests and the benchmarks: poll a predicate with a timeout instead of sleeping a
+guessed time.
 
 A fixed sleep is either too short on a slow or busy machine (the test fails for no reason: a child had not yet
 installed its signal handler, iperf3 -s was not yet listening) or longer than needed everywhere else. Waiting on the
