@@ -53,8 +53,8 @@ from results.ports import PortRows, in_window, split_ports
 from results.record import load_run
 from results.stall_causes import StallTables, judge_stalls
 from results.tables import numbers
+from testbed.plan import guestfit
 from testbed.spec.link import ETH_HEADER
-from testbed.vm import guestfit
 
 # A one-segment TCP skb is accounted with one more header set (seen here: 9080 B for one 9000-MTU frame, +66 B);
 # a real super-packet adds at least one more MSS, so an average above frame + 128 B is one.
@@ -449,7 +449,7 @@ def format_verdict(v: Mapping[str, Any]) -> str:
 
 
 def guest_thresholds(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``evaluate_run``: the TCG guest's sampler allowance (``testbed.vm.guestfit``), empty
+    """Keyword arguments for ``evaluate_run``: the TCG guest's sampler allowance (``testbed.plan.guestfit``), empty
     when not under TCG."""
     if not guestfit.under_tcg(env):
         return {}

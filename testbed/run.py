@@ -37,8 +37,9 @@ from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
 from testbed.machine import probe
 from testbed.pfc import start_pfc
-from testbed.preflight.budget import manifest_entry
-from testbed.preflight.point import preflight
+from testbed.plan import guestfit
+from testbed.plan.budget import manifest_entry
+from testbed.plan.point import preflight
 from testbed.spec.scenario import Scenario, ScenarioFile, TelemetrySpec, load_scenario_file, resolved
 from testbed.spec.schemas import SCHEMAS
 from testbed.spec.settings import parse_settings
@@ -50,7 +51,7 @@ from testbed.telemetry.netstat import snapshot_hosts
 from testbed.telemetry.ports import SenderRef
 from testbed.telemetry.qslots import QslotsConfig, start_qslots
 from testbed.telemetry.qtelem import QtPort
-from testbed.vm import guestfit, run_in_guest
+from testbed.vm import run_in_guest
 from traffic.base import RunContext
 from traffic.iperf import bulk_senders, fixed_client_ports
 from traffic.placement import SourcePorts

@@ -1,7 +1,7 @@
 """`testbed validate FILE [--set KEY=VALUE ...]`: check a scenario file without running it, and without root.
 
 It loads the file (every sweep point and repetition, as `run` does), runs `run`'s own preflight on every point
-(``testbed.preflight.point.preflight``: capabilities, the guest fit, the fabric's size, the time bounds, the kernel queue
+(``testbed.plan.point.preflight``: capabilities, the guest fit, the fabric's size, the time bounds, the kernel queue
 telemetry, the CPU budget against this machine's cached calibration or the built-in estimate) and prints each
 variant's plan (``testbed.plan``). Exit 0 when every point would run, 2 with one line per refusal otherwise.
 
@@ -23,10 +23,10 @@ from testbed.errors import TestbedError
 from testbed.host.capabilities import Capabilities
 from testbed.host.probe import QDISC_TRIALS
 from testbed.machine import probe
-from testbed.plan import plan_lines
-from testbed.preflight import budget as pf_budget
-from testbed.preflight.labels import variant_text
-from testbed.preflight.point import preflight
+from testbed.plan import budget as pf_budget
+from testbed.plan.labels import variant_text
+from testbed.plan.point import preflight
+from testbed.plan.text import plan_lines
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario, load_scenario_file
 from testbed.spec.settings import parse_settings

@@ -1,6 +1,6 @@
 """``testbed calibrate``: measure this machine's CPU cost of forwarding and of the queue sampler, once, and cache it.
 
-The preflight (``testbed.preflight``) predicts a point's load with the coefficients measured here, while the
+The preflight (``testbed.plan``) predicts a point's load with the coefficients measured here, while the
 kernel, CPU count and CPU model match; a run without a calibration uses the built-in constants and says so.
 
 The modules: ``cpu`` (the machine's busy core-seconds over a window, other processes' apart), ``rig`` (the

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.calibrate.record import Calibration, Machine
-from testbed.preflight.model import FALLBACK, STALE, CostModel
+from testbed.plan.model import FALLBACK, STALE, CostModel
 
 CACHE = Path("/var/lib/testbed/calibration.json")
 

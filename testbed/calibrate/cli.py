@@ -53,8 +53,8 @@ def predict_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
     """Every point of every scenario file: its predicted load against the budget (with this machine's model)."""
     from testbed.calibrate.cache import current_model
     from testbed.host.capabilities import Capabilities
-    from testbed.preflight.budget import check_budget
-    from testbed.preflight.labels import variant_text
+    from testbed.plan.budget import check_budget
+    from testbed.plan.labels import variant_text
     from testbed.spec.scenario import load_scenario_file
 
     caps = Capabilities(cpus=os.cpu_count() or 1)
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.predict:
         from testbed.calibrate.cache import current_model
-        from testbed.preflight.budget import cpu_budget
+        from testbed.plan.budget import cpu_budget
 
         rows = predict_rows(args.predict)
         if args.json:

@@ -1,5 +1,5 @@
 """The fit (pure): ``core_s = a x crossings + b x bytes`` for forwarding over the traffic windows
-(``testbed.preflight.CostModel``; the senders' and receivers' TCP work is folded into a and b), and the sampler's
+(``testbed.plan.CostModel``; the senders' and receivers' TCP work is folded into a and b), and the sampler's
 own CPU over its ticks, its namespaces and the rows it wrote; each coefficient kept >= 0.
 """
 

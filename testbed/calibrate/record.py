@@ -12,7 +12,7 @@ from typing import Any
 
 from testbed.entry import git_commit
 from testbed.errors import TestbedError
-from testbed.preflight.model import CostModel
+from testbed.plan.model import CostModel
 
 FORMAT = 1
 REPO = Path(__file__).resolve().parents[2]

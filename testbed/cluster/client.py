@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from testbed.preflight.labels import variant_text
+from testbed.plan.labels import variant_text
 from testbed.run import RunOptions, RunResult
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario, ScenarioFile

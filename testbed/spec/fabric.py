@@ -30,7 +30,7 @@ from testbed.spec.link import LINK_KEYS, EcmpSpec, LinkSpec, TransportSpec
 
 # The most nodes (network namespaces, each with its own shell) the harness builds: a build costs about 37 ms per
 # node here (docs/bench.md), so 1,000 take about 40 s; a fat-tree of k = 16 is 1,344. The preflight
-# (testbed.preflight.bounds) also checks the memory they need on this machine.
+# (testbed.plan.bounds) also checks the memory they need on this machine.
 MAX_NODES = 1000
 
 TOPOLOGY_KEYS = {

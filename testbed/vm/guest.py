@@ -33,7 +33,7 @@ from testbed.vm.tools import ensure_guest_tools, vng_env
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS_DIR = REPO / "runs"
-# the host's settings a command in the guest reads as well (scenarios/conftest.py, testbed.preflight)
+# the host's settings a command in the guest reads as well (scenarios/conftest.py, testbed.plan)
 FORWARDED_ENV = ("TESTBED_SCENARIO_RUNS", "TESTBED_RETAKES", "TESTBED_REVERSED", "TESTBED_CPU_BUDGET")
 
 

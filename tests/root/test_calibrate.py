@@ -20,7 +20,7 @@ def test_short_calibration_measures_and_caches(tmp_path: Path) -> None:
     from testbed.calibrate import cli as cal_cli
     from testbed.calibrate import record as cal_record
     from testbed.calibrate import trials as cal_trials
-    from testbed.preflight import model as pf_model
+    from testbed.plan import model as pf_model
 
     lines: list[str] = []
     cal = cal_trials.measure(

@@ -16,7 +16,7 @@ from results.fidelity import (
     format_verdict,
 )
 from testbed.host.capabilities import Capabilities
-from testbed.preflight.load import estimate, preflight
+from testbed.plan.load import estimate, preflight
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.fields import SpecError
 from testbed.spec.scaling import apply_scale, describe

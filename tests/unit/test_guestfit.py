@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from results.fidelity import guest_thresholds as thresholds
+from testbed.plan.guestfit import TCG_LINK_HZ, TCG_QUEUE_HZ, GuestFitError, check_fabric, fit_telemetry, under_tcg
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.scenario import TelemetrySpec
-from testbed.vm.guestfit import TCG_LINK_HZ, TCG_QUEUE_HZ, GuestFitError, check_fabric, fit_telemetry, under_tcg
 
 TCG = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "tcg"}
 KVM = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "kvm"}

@@ -11,7 +11,7 @@ import pytest
 from results.metrics import summarize, write_summary
 from results.nccl_tests import format_table, size_tables
 from results.record import NCCL_TESTS, RunRecord, load_run
-from testbed.preflight.bounds import job_need
+from testbed.plan.bounds import job_need
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.fields import SpecError
 from testbed.spec.topology import Topology

@@ -1,4 +1,4 @@
-"""The time bound of testbed.preflight.bounds, without root: what a job needs at the least against what it has."""
+"""The time bound of testbed.plan.bounds, without root: what a job needs at the least against what it has."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.preflight import bounds
+from testbed.plan import bounds
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import load_scenario, load_scenario_file
 from testbed.spec.topology import Topology

@@ -19,14 +19,14 @@ from testbed.calibrate import record as cal_record
 from testbed.calibrate.record import Calibration, ForwardingSample, Machine, SamplerSample
 from testbed.errors import TestbedError
 from testbed.host.capabilities import Capabilities
-from testbed.preflight import budget
-from testbed.preflight import budget as pf_budget
-from testbed.preflight import load as pf_load
-from testbed.preflight import model as pf_model
-from testbed.preflight import timeline as pf_timeline
-from testbed.preflight.budget import BudgetError
-from testbed.preflight.flows import flow_paths
-from testbed.preflight.model import FALLBACK, CostModel
+from testbed.plan import budget
+from testbed.plan import budget as pf_budget
+from testbed.plan import load as pf_load
+from testbed.plan import model as pf_model
+from testbed.plan import timeline as pf_timeline
+from testbed.plan.budget import BudgetError
+from testbed.plan.flows import flow_paths
+from testbed.plan.model import FALLBACK, CostModel
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.scenario import TelemetrySpec, expand
 from testbed.spec.workload import parse_workload

@@ -10,8 +10,8 @@ import pytest
 
 from testbed import run as run_mod
 from testbed.host.capabilities import NEEDS, Capabilities
-from testbed.preflight import budget as pf_budget
-from testbed.preflight.budget import BudgetError
+from testbed.plan import budget as pf_budget
+from testbed.plan.budget import BudgetError
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import expand
 

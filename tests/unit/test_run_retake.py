@@ -9,7 +9,7 @@ import pytest
 
 from testbed import run as run_mod
 from testbed.host.capabilities import Capabilities
-from testbed.preflight import point as preflight_point
+from testbed.plan import point as preflight_point
 from testbed.spec.scenario import expand
 from testbed.spec.topology import Topology
 

@@ -255,7 +255,7 @@ def test_compute_stretches_with_fabric_scale(tmp_path: Path) -> None:
 
 
 def test_preflight_refuses_a_malformed_trace_in_one_line(tmp_path: Path) -> None:
-    from testbed.preflight import bounds
+    from testbed.plan import bounds
     from testbed.spec.scenario import expand
     from testbed.spec.topology import Topology
 

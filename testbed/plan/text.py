@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from testbed.preflight.flows import resolve_ranks
+from testbed.plan.flows import resolve_ranks
 from testbed.spec import fields as f
 from testbed.spec.fields import declared
 from testbed.spec.link import LinkSpec

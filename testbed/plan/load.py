@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from testbed.preflight.flows import flow_paths
-from testbed.preflight.model import (
+from testbed.plan.flows import flow_paths
+from testbed.plan.model import (
     FALLBACK,
     CostModel,
     forwarding_core_s,
@@ -24,7 +24,7 @@ from testbed.preflight.model import (
     sampler_core_s,
     sampler_rows_per_s,
 )
-from testbed.preflight.timeline import intervals
+from testbed.plan.timeline import intervals
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.topology import Topology
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from testbed.preflight.flows import job_flows
+from testbed.plan.flows import job_flows
 from testbed.spec.topology import Topology
 
 

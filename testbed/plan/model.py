@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.preflight.flows import FlowPath
+from testbed.plan.flows import FlowPath
 from testbed.spec.link import ETH_HEADER
 
 ACK_FRAME = 66  # Ethernet + IPv4 + TCP with timestamps, no payload

@@ -8,13 +8,12 @@ from __future__ import annotations
 from testbed.errors import TestbedError
 from testbed.fabric.checks import check_spec
 from testbed.host.capabilities import Capabilities
-from testbed.preflight import bounds
-from testbed.preflight import budget as pf_budget
+from testbed.plan import bounds, guestfit
+from testbed.plan import budget as pf_budget
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario
 from testbed.telemetry.qtelem import DRAIN_S
 from testbed.telemetry.qtelem import check_config as check_qtelem
-from testbed.vm import guestfit
 
 
 def preflight(point: Scenario, caps: Capabilities, budget: bool = True) -> None:

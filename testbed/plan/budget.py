@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.calibrate.cache import current_model
 from testbed.errors import TestbedError
-from testbed.preflight.labels import point_label
-from testbed.preflight.load import Estimate, estimate, preflight
-from testbed.preflight.model import CostModel
+from testbed.plan.labels import point_label
+from testbed.plan.load import Estimate, estimate, preflight
+from testbed.plan.model import CostModel
 from testbed.spec.fabric import FabricSpec
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def check_budget(
 ) -> BudgetVerdict:
     """A scenario point's predicted load (forwarding + queue sampler, with the telemetry it will run with) against
     the budget. ``model`` defaults to this machine's calibration (else ``FALLBACK``)."""
-    from testbed.vm import guestfit
+    from testbed.plan import guestfit
 
     model = current_model() if model is None else model
     budget = cpu_budget(env)
@@ -212,7 +212,7 @@ def manifest_entry(
     model = current_model() if model is None else model
     jobs = list(workload)
     if telemetry is not None:
-        from testbed.vm import guestfit
+        from testbed.plan import guestfit
 
         telemetry, _ = guestfit.fit_telemetry(telemetry, env)
     e = estimate(spec, jobs, caps, model, telemetry)
