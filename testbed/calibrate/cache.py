@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from testbed.calibrate.model import FALLBACK, STALE, CostModel
 from testbed.calibrate.record import Calibration, Machine
-from testbed.plan.model import FALLBACK, STALE, CostModel
 
 CACHE = Path("/var/lib/testbed/calibration.json")
 

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.calibrate.model import CostModel
 from testbed.entry import git_commit
 from testbed.errors import TestbedError
-from testbed.plan.model import CostModel
 
 FORMAT = 1
 REPO = Path(__file__).resolve().parents[2]

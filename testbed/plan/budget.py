@@ -17,11 +17,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from testbed.calibrate.cache import current_model
+from testbed.calibrate.model import CostModel
 from testbed.errors import TestbedError
 from testbed.plan.labels import point_label
 from testbed.plan.load import Estimate, estimate, preflight
-from testbed.plan.model import CostModel
 from testbed.spec.fabric import FabricSpec
+from testbed.spec.topology import Topology
 
 if TYPE_CHECKING:
     from testbed.host.capabilities import Capabilities
@@ -134,6 +135,7 @@ def max_host_rate(
     model: CostModel,
     telemetry: Any,
     budget: float,
+    topo: Topology | None = None,
 ) -> float | None:
     """The highest host-link rate (bit/s, two significant digits, rounded down) at which the predicted load fits
     ``budget`` (and its busiest interval ``PEAK_LIMIT``); None when even an idle fabric does not (the sampler alone
@@ -144,7 +146,7 @@ def max_host_rate(
     jobs = list(workload)
 
     def fits(rate: float) -> bool:
-        return within(estimate(spec, jobs, caps, model, telemetry, link_bps=rate), budget)
+        return within(estimate(spec, jobs, caps, model, telemetry, link_bps=rate, topo=topo), budget)
 
     lo, hi = 0.0, float(spec.host_link.rate_bps)
     if not fits(1.0):
@@ -162,23 +164,26 @@ def check_budget(
     caps: Capabilities | None,
     model: CostModel | None = None,
     env: Mapping[str, str] | None = None,
+    topo: Topology | None = None,
 ) -> BudgetVerdict:
     """A scenario point's predicted load (forwarding + queue sampler, with the telemetry it will run with) against
-    the budget. ``model`` defaults to this machine's calibration (else ``FALLBACK``)."""
+    the budget. ``model`` defaults to this machine's calibration (else ``FALLBACK``); ``topo``: the point's
+    topology, drawn already."""
     from testbed.plan import guestfit
 
     model = current_model() if model is None else model
     budget = cpu_budget(env)
     telemetry, _ = guestfit.fit_telemetry(point.telemetry, env)
     spec = point.fabric
-    e = estimate(spec, point.workload, caps, model, telemetry)
+    topo = Topology(spec) if topo is None else topo
+    e = estimate(spec, point.workload, caps, model, telemetry, topo=topo)
     max_rate = None
     mtu9000 = False
     if not within(e, budget):
-        max_rate = max_host_rate(spec, point.workload, caps, model, telemetry, budget)
+        max_rate = max_host_rate(spec, point.workload, caps, model, telemetry, budget, topo)
         if spec.mtu < 9000:
             jumbo = replace(spec, host_link=replace(spec.host_link, mtu=9000))
-            mtu9000 = within(estimate(jumbo, point.workload, caps, model, telemetry), budget)
+            mtu9000 = within(estimate(jumbo, point.workload, caps, model, telemetry, topo=topo), budget)  # same graph
     return BudgetVerdict(point_label(point), e, budget, float(spec.host_link.rate_bps), max_rate, mtu9000, model)
 
 
@@ -187,10 +192,11 @@ def require_budget(
     caps: Capabilities | None,
     model: CostModel | None = None,
     env: Mapping[str, str] | None = None,
+    topo: Topology | None = None,
 ) -> BudgetVerdict:
     """``check_budget``, raising ``BudgetError`` (one line: ``BudgetVerdict.message``) when the point is over it;
     an uncalibrated estimate over it is logged as a warning instead (``ENFORCE_UNCALIBRATED``)."""
-    verdict = check_budget(point, caps, model, env)
+    verdict = check_budget(point, caps, model, env, topo)
     if not verdict.fits:
         if verdict.enforced:
             raise BudgetError(verdict.message())
@@ -205,6 +211,7 @@ def manifest_entry(
     telemetry: Any = None,
     model: CostModel | None = None,
     env: Mapping[str, str] | None = None,
+    topo: Topology | None = None,
 ) -> dict[str, Any]:
     """What a run records under ``preflight``: the warnings, the estimate (with the sampler when ``telemetry`` is
     given), the budget, whether the estimate fits it (None without ``telemetry``: not judged) and whether a point
@@ -215,13 +222,14 @@ def manifest_entry(
         from testbed.plan import guestfit
 
         telemetry, _ = guestfit.fit_telemetry(telemetry, env)
-    e = estimate(spec, jobs, caps, model, telemetry)
+    topo = Topology(spec) if topo is None else topo
+    e = estimate(spec, jobs, caps, model, telemetry, topo=topo)
     try:
         budget: float | str = cpu_budget(env)
     except BudgetError as exc:
         budget = str(exc)
     return {
-        "warnings": preflight(spec, jobs, caps, model),
+        "warnings": preflight(spec, jobs, caps, model, topo),
         "estimate": {**e.describe(), **({} if telemetry is not None else {"sampler": "not estimated (no telemetry)"})},
         "budget": budget,
         "fits": within(e, budget) if isinstance(budget, float) and telemetry is not None else None,

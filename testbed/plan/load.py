@@ -14,10 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from testbed.calibrate.model import FALLBACK, CostModel
 from testbed.plan.flows import flow_paths
 from testbed.plan.model import (
-    FALLBACK,
-    CostModel,
     forwarding_core_s,
     packets,
     qtelem_core_s,
@@ -142,6 +141,7 @@ def estimate(
     model: CostModel = FALLBACK,
     telemetry: Any = None,
     link_bps: float | None = None,
+    topo: Topology | None = None,
 ) -> Estimate:
     """The workload's load (``telemetry`` given: the queue sampler's too), as the mean over its timeline (the
     headroom target is the mean over a run's traffic window), with its busiest interval in ``peak``.
@@ -149,8 +149,9 @@ def estimate(
     Where the timeline is known (iperf jobs' ``start_after`` and ``duration``) the load is time-weighted over it;
     an open-ended job (collectives, incast, ...) may run for any time, so while one runs its interval's load counts
     at least as much as the mean (the larger of the two is taken). ``link_bps`` replaces the host-link rate (what
-    the budget's rate solve varies)."""
-    topo = Topology(spec)
+    the budget's rate solve varies); ``topo``: the spec's topology, drawn already (its structure: the hosts and the
+    routers between them)."""
+    topo = Topology(spec) if topo is None else topo
     cores = _cores(caps)
     link = float(spec.host_link.rate_bps if link_bps is None else link_bps)
     parts = []
@@ -171,9 +172,10 @@ def preflight(
     workload: Iterable[Any],
     caps: Capabilities | None = None,
     model: CostModel = FALLBACK,
+    topo: Topology | None = None,
 ) -> list[str]:
     """Warnings for a scenario whose offered load this machine probably cannot emulate faithfully."""
-    e = estimate(spec, workload, caps, model)
+    e = estimate(spec, workload, caps, model, topo=topo)
     load = max(e.load, e.peak_load)  # the busiest interval: that is where the emulation would fall behind
     if load <= LOAD_WARN:
         return []

@@ -1,5 +1,5 @@
-"""The CPU cost model: its coefficients (``CostModel``; ``FALLBACK`` without a calibration) and what flows and the
-queue sampler cost per second under them.
+"""The CPU cost model's prediction: what flows and the queue sampler cost per second under its coefficients
+(``testbed.calibrate.model.CostModel``; ``FALLBACK`` there without a calibration).
 
 Forwarding: a TCP flow sends rate / (8 x (MTU + 14)) data packets per second plus one ACK per two, and every
 packet costs the CPU once per veth it crosses, with a fixed part and a per-byte part. The senders' and receivers'
@@ -19,63 +19,18 @@ The coefficients come from ``testbed calibrate``, cached per machine: ``testbed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
+from testbed.calibrate.model import CostModel
 from testbed.plan.flows import FlowPath
 from testbed.spec.link import ETH_HEADER
 
 ACK_FRAME = 66  # Ethernet + IPv4 + TCP with timestamps, no payload
 ACKS_PER_DATA = 0.5  # delayed ACKs: one per two segments (GRO is off on every port)
-# Built-in coefficients, used when this machine has no calibration. Forwarding: fitted once to the 8-flow ring on
-# a 2x4x2 fabric (`testbed bench`, figure a, CPU from /proc/stat ticks, no sampler). The queue sampler: what
-# `testbed calibrate` measured on the development machines (Linux 6.18, 2 x AMD EPYC).
-COST_PER_PACKET_S = 1.08e-5  # core-seconds per packet per veth crossed (fixed part)
-COST_PER_BYTE_S = 4.0e-10  # core-seconds per byte per veth crossed
-SAMPLER_PER_TICK_S = 1.1e-4  # core-seconds per sampler tick (the loop, the link and CPU reads it makes)
-SAMPLER_PER_NETNS_S = 1.8e-5  # core-seconds per namespace per tick (one RTM_GETQDISC dump)
-SAMPLER_PER_ROW_S = 1.4e-5  # core-seconds per row written (queues.csv, links.csv)
 KEYFRAME_S = 0.1  # the sampler writes an unchanged queue or link this often (SamplerConfig.keyframe_s)
 # The kernel queue telemetry (telemetry.bpf_queues): core-seconds per packet per queue it passes (its enqueue and
 # dequeue programs, the dequeues of nothing between, and the reader's share of the slot it closes): bench.qtelem_cost
 # measured 0.9-1.25 us of programs and 0.15-0.36 us of reader per enqueued packet on the default fabric (6 runs)
 QTELEM_PER_CROSSING_S = 1.5e-6
-
-
-# What a refusal says of the built-in constants: an estimate, not this machine's calibration, and why
-NOT_CALIBRATED = "built-in estimate: this machine is not calibrated, run `sudo testbed calibrate`"
-STALE = "built-in estimate: the cached calibration is of another kernel or CPU, run `sudo testbed calibrate`"
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """CPU cost coefficients, in core-seconds: forwarding per veth crossing, and the queue sampler."""
-
-    per_crossing_s: float = COST_PER_PACKET_S
-    per_byte_s: float = COST_PER_BYTE_S
-    sampler_per_tick_s: float = SAMPLER_PER_TICK_S
-    sampler_per_netns_s: float = SAMPLER_PER_NETNS_S
-    sampler_per_row_s: float = SAMPLER_PER_ROW_S
-    calibrated: bool = False
-    source: str = NOT_CALIBRATED
-
-    def crossing_cost(self, frame_bytes: float) -> float:
-        """Core-seconds for one packet of ``frame_bytes`` to cross one veth."""
-        return self.per_crossing_s + self.per_byte_s * frame_bytes
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "per_crossing_s": self.per_crossing_s,
-            "per_byte_s": self.per_byte_s,
-            "sampler_per_tick_s": self.sampler_per_tick_s,
-            "sampler_per_netns_s": self.sampler_per_netns_s,
-            "sampler_per_row_s": self.sampler_per_row_s,
-            "calibrated": self.calibrated,
-            "source": self.source,
-        }
-
-
-FALLBACK = CostModel()
 
 
 def packets(rate_bps: float, mtu: int) -> tuple[float, float]:

@@ -18,9 +18,9 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="ne
 def test_short_calibration_measures_and_caches(tmp_path: Path) -> None:
     from testbed.calibrate import cache as cal_cache
     from testbed.calibrate import cli as cal_cli
+    from testbed.calibrate import model as cal_model
     from testbed.calibrate import record as cal_record
     from testbed.calibrate import trials as cal_trials
-    from testbed.plan import model as pf_model
 
     lines: list[str] = []
     cal = cal_trials.measure(
@@ -42,4 +42,4 @@ def test_short_calibration_measures_and_caches(tmp_path: Path) -> None:
     cal_cache.save(cal, path)
     assert cal_cache.load_matching(path) == cal
     assert cal_cache.status(path)["status"] == "calibrated"
-    assert isinstance(cal.model, pf_model.CostModel) and cal.model.calibrated
+    assert isinstance(cal.model, cal_model.CostModel) and cal.model.calibrated

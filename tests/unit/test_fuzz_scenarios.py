@@ -24,10 +24,10 @@ hypothesis = pytest.importorskip("hypothesis", reason="python3-hypothesis is not
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from testbed.calibrate.model import FALLBACK  # noqa: E402
 from testbed.errors import TestbedError  # noqa: E402
 from testbed.plan import bounds  # noqa: E402
 from testbed.plan.budget import check_budget  # noqa: E402
-from testbed.plan.model import FALLBACK  # noqa: E402
 from testbed.spec.fabric import MAX_NODES  # noqa: E402
 from testbed.spec.scenario import expand, load_scenario_file, resolve_paths  # noqa: E402
 from testbed.spec.topology import Topology  # noqa: E402

@@ -9,47 +9,65 @@ A new module must be given a layer here; a new back-edge or cycle fails with the
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("testbed", "traffic", "results", "bench")
 
-# Lowest first. A module's layer is that of the longest prefix listed.
+# Lowest first. A module's layer is that of the longest prefix listed. Each package of the runtime has its own place:
+# spec -> host -> vm -> bpf -> ecn -> fabric and telemetry -> pfc and failures -> traffic -> calibrate -> plan ->
+# results -> run -> cli.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("testbed", "testbed.errors")),
+    ("base", ("testbed", "testbed.errors", "testbed.entry")),
     ("spec", ("testbed.spec",)),
-    ("host", ("testbed.host", "testbed.bpf", "testbed.ecn")),
-    ("fabric", ("testbed.fabric",)),
-    (
-        "runtime",
-        (
-            "testbed.telemetry",
-            "testbed.pfc",
-            "testbed.failures",
-            "traffic",
-            "testbed.calibrate",
-            "testbed.plan",
-            "testbed.vm",
-        ),
-    ),
+    # processes, ownership, sysctls and the host's capability trials
+    ("host", ("testbed.host",)),
+    # the guest-kernel mode: it boots a kernel and runs a command in it, asking only the host
+    ("vm", ("testbed.vm",)),
+    # the eBPF toolkit every loader shares: the build, libbpf, bpf(2), tc and bpftool in a namespace
+    ("bpf", ("testbed.bpf",)),
+    # ECN marking and congestion control, which the fabric installs on its ports
+    ("ecn", ("testbed.ecn",)),
+    # the built fabric, and the telemetry that reads it (neither imports the other)
+    ("fabric", ("testbed.fabric", "testbed.telemetry")),
+    # what acts on a built fabric while traffic runs: PFC's controller and the scheduled link events
+    ("control", ("testbed.pfc", "testbed.failures")),
+    # what runs on the hosts
+    ("traffic", ("traffic",)),
+    # this machine's measured costs (its trials run traffic on a fabric), and the machine as a run records it
+    ("calibrate", ("testbed.calibrate", "testbed.machine")),
+    # each point's plan and preflight, before anything is built (it reads the calibration)
+    ("plan", ("testbed.plan",)),
     ("results", ("results",)),
+    # the run lifecycle and what drives it: the Python API, the cluster, the pytest plugin, the benchmarks
     (
-        "top",
+        "run",
         (
             "testbed.run",
-            "testbed.api",
             "testbed.fabric_counters",
+            "testbed.api",
             "testbed.cluster",
+            "testbed.pytest_plugin",
+            "bench",
+        ),
+    ),
+    # the commands; ``testbed calibrate``'s own (cli, __main__) measures, shows the cache and, with --predict, asks
+    # the plan for every point's load
+    (
+        "cli",
+        (
             "testbed.cli",
+            "testbed.__main__",
             "testbed.labcli",
             "testbed.labsheets",
-            "testbed.__main__",
-            "testbed.pytest_plugin",
-            "testbed.machine",
             "testbed.validate",
-            "bench",
+            "testbed.calibrate.cli",
+            "testbed.calibrate.__main__",
         ),
     ),
 )
@@ -180,9 +198,15 @@ def test_layers_every_module_has_a_layer() -> None:
     assert not missing, f"give these modules a layer in tests/unit/test_layers.py LAYERS: {missing}"
 
 
+def order_failures(root: Path, packages: Iterable[str] = PACKAGES) -> str:
+    """The layer test's failure message for the tree under ``root``: every import against the order, or ''."""
+    bad = back_edges(edges(root, packages))
+    return "imports against the layer order:\n" + "\n".join(bad) if bad else ""
+
+
 def test_layers_no_import_goes_up() -> None:
-    bad = back_edges(edges(REPO))
-    assert not bad, "imports against the layer order:\n" + "\n".join(bad)
+    failure = order_failures(REPO)
+    assert not failure, failure
 
 
 def test_layers_no_import_cycle() -> None:
@@ -200,6 +224,47 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return tmp_path
+
+
+def test_layers_checker_fails_on_a_deliberate_back_edge_inside_the_runtime(tmp_path: Path) -> None:
+    """The host importing the fabric: the check fails, naming both modules and both layers."""
+    root = _tree(
+        tmp_path,
+        {
+            "testbed/__init__.py": "",
+            "testbed/host/__init__.py": "",
+            "testbed/host/procs.py": "import os\nfrom testbed.fabric.build import Fabric\n",
+            "testbed/fabric/__init__.py": "",
+            "testbed/fabric/build.py": "from testbed.host.procs import ProcessGroup\n",
+        },
+    )
+    assert order_failures(root, ("testbed",)) == (
+        "imports against the layer order:\n"
+        "testbed.host.procs -> testbed.fabric (module-level import, line 2): layer host imports layer fabric\n"
+        "testbed.host.procs -> testbed.fabric.build (module-level import, line 2): layer host imports layer fabric"
+    )
+
+
+RUNTIME = [(name, prefixes[0]) for name, prefixes in LAYERS[LAYERS.index(("spec", ("testbed.spec",))) :]]
+
+
+@pytest.mark.parametrize(("lower", "upper"), list(itertools.pairwise(RUNTIME)), ids=lambda x: x[0])
+def test_layers_each_package_sits_below_the_next(
+    tmp_path: Path, lower: tuple[str, str], upper: tuple[str, str]
+) -> None:
+    """An import from each layer into the next one up fails: the layers are ordered, not a set."""
+    (low, low_pkg), (up, up_pkg) = lower, upper
+    root = _tree(
+        tmp_path,
+        {
+            low_pkg.replace(".", "/") + "/low.py": f"from {up_pkg}.up import x\n",
+            up_pkg.replace(".", "/") + "/up.py": f"from {low_pkg}.low import y\n",
+        },
+    )
+    packages = sorted({low_pkg.split(".")[0], up_pkg.split(".")[0]})
+    assert back_edges(edges(root, packages)) == [
+        f"{low_pkg}.low -> {up_pkg}.up (module-level import, line 1): layer {low} imports layer {up}"
+    ]
 
 
 def test_layers_checker_sees_a_function_level_back_edge(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ import pytest
 
 from testbed.calibrate import cache as cal_cache
 from testbed.calibrate import fit as cal_fit
+from testbed.calibrate import model as cal_model
 from testbed.calibrate import record as cal_record
+from testbed.calibrate.model import FALLBACK, CostModel
 from testbed.calibrate.record import Calibration, ForwardingSample, Machine, SamplerSample
 from testbed.errors import TestbedError
 from testbed.host.capabilities import Capabilities
@@ -26,7 +28,6 @@ from testbed.plan import model as pf_model
 from testbed.plan import timeline as pf_timeline
 from testbed.plan.budget import BudgetError
 from testbed.plan.flows import flow_paths
-from testbed.plan.model import FALLBACK, CostModel
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.scenario import TelemetrySpec, expand
 from testbed.spec.workload import parse_workload
@@ -124,11 +125,11 @@ def test_cache_round_trip_and_machine_match(tmp_path: Path) -> None:
 def test_the_model_says_whether_it_is_this_machines_calibration_or_an_estimate_and_why(tmp_path: Path) -> None:
     path = tmp_path / "calibration.json"
     missing = cal_cache.current_model(path, MACHINE)
-    assert missing == FALLBACK and not missing.calibrated and missing.source == pf_model.NOT_CALIBRATED
+    assert missing == FALLBACK and not missing.calibrated and missing.source == cal_model.NOT_CALIBRATED
     cal_cache.save(synthetic(), path)
     assert cal_cache.current_model(path, MACHINE).calibrated
     stale = cal_cache.current_model(path, dataclasses.replace(MACHINE, kernel="6.1.0-28-amd64"))
-    assert not stale.calibrated and stale.source == pf_model.STALE
+    assert not stale.calibrated and stale.source == cal_model.STALE
     assert stale.per_crossing_s == FALLBACK.per_crossing_s  # the built-in constants, not the other machine's
     (hot,) = scenario("1Gbit", 1500).points
     with pytest.raises(BudgetError, match="cached calibration is of another kernel or CPU"):
