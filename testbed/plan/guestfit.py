@@ -1,16 +1,14 @@
 """What the guest kernel emulates faithfully under software emulation (TCG), and a run's fit to it (pure).
 
 Inside ``testbed vm`` without KVM (``TESTBED_GUEST_ACCEL=tcg``) every instruction is translated, so the guest is
-several times slower than this machine natively. Measured here (``testbed vm`` with 2 vCPUs, 2x2x2 spine-leaf, two
-DCTCP flows into one host, kernel RED step K 30 KB, MTU 9000; bottleneck delivered / configured rate):
+several times slower than this machine natively:
 
-- MTU 9000: 50 Mbit/s 0.95-1.00, 100 Mbit/s 0.86-0.998 (faithful in 2 of 6 runs), 200 Mbit/s 0.65, 400 Mbit/s
-  0.55 (CPU-bound); MTU 1500: 50 Mbit/s 0.74. The limit is packets, not bits: ~700 frames/s per link is safe;
-- the queue sampler (8 namespaces, 16 queues) reaches 235 Hz of 1000 at 95 % of a vCPU, 164 Hz of 200 at 90 %,
-  88-93 Hz of 100 at 59-68 %, 40-50 Hz of 50 at 30-65 % (the spread is the host's hour), and competes with the emulation for the two vCPUs; whole-guest stalls leave gaps of
-  52-98 ms between its samples in steady traffic, and of 120-208 ms (11 runs of 3 guest passes) while the guest
-  starts or reaps iperf3 and the Python workers, in the first 1.5 s of a run and as its flows end (natively the
-  limit is 50 ms).
+- a link's bottleneck delivers its rate only up to a frame rate: the limit is packets, not bits;
+- the queue sampler competes with the emulation for the two vCPUs and falls short of high rates; whole-guest
+  stalls leave gaps between its samples, longest while the guest starts or reaps iperf3 and the Python workers
+  (in the first seconds of a run and as its flows end).
+
+The runs that set the limits below are in docs/vm.md ("Fidelity under TCG").
 
 So under TCG a run is refused before anything is built when a link's frame rate at its MTU exceeds
 ``TCG_MAX_LINK_PPS`` (the reason names the limit and the fix), the sampler's rates are capped at ``TCG_QUEUE_HZ`` /
@@ -32,9 +30,9 @@ from testbed.spec.link import ETH_HEADER
 from testbed.spec.topology import Topology
 
 TCG_MAX_LINK_PPS = 700  # frames per second per link (50 Mbit/s at MTU 9000, 8.6 Mbit/s at MTU 1500)
-TCG_QUEUE_HZ = 25.0  # at 50 Hz the sampler took 0.30-0.65 of a vCPU and fell to 40-49 Hz on a slow hour
+TCG_QUEUE_HZ = 25.0  # at 50 Hz the sampler takes up to most of a vCPU and falls short on a slow host
 TCG_LINK_HZ = 25.0
-TCG_SAMPLER_GAP_S = 0.25  # the longest stall measured was 208 ms, as flows started
+TCG_SAMPLER_GAP_S = 0.25  # above the whole-guest stalls as flows start (docs/vm.md)
 TCG_SAMPLER_RATE_MIN = 0.85
 
 
