@@ -28,8 +28,8 @@ ACK_FRAME = 66  # Ethernet + IPv4 + TCP with timestamps, no payload
 ACKS_PER_DATA = 0.5  # delayed ACKs: one per two segments (GRO is off on every port)
 KEYFRAME_S = 0.1  # the sampler writes an unchanged queue or link this often (SamplerConfig.keyframe_s)
 # The kernel queue telemetry (telemetry.bpf_queues): core-seconds per packet per queue it passes (its enqueue and
-# dequeue programs, the dequeues of nothing between, and the reader's share of the slot it closes): bench.qtelem_cost
-# measured 0.9-1.25 us of programs and 0.15-0.36 us of reader per enqueued packet on the default fabric (6 runs)
+# dequeue programs, the dequeues of nothing between, and the reader's share of the slot it closes), from
+# bench.qtelem_cost's runs on the default fabric (docs/bench.md)
 QTELEM_PER_CROSSING_S = 1.5e-6
 
 
