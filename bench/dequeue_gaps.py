@@ -5,7 +5,7 @@
 A line (bench.benchnet.line_net: snd -> rtr -> rcv, MTU 1500, rtr's egress shaped with htb at ``--rate``) carries
 two iperf3 cubic flows for ``--seconds``; the kernel queue telemetry counts the dequeue gaps at the shaped port.
 The second take starts a SCHED_FIFO busy loop pinned to each core 1 s in, for half the flows' time. Each take
-prints the port's spread (results.fidelity_gaps.port_gaps): gaps counted while the queue stayed busy, the share
+prints the port's spread (results.fidelity.gaps.port_gaps): gaps counted while the queue stayed busy, the share
 late by a frame time (counted in the kernel), and bounds on the late p50/p99 (from the histogram).
 """
 
@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from bench.benchnet import line_net
-from results.fidelity_gaps import port_gaps
+from results.fidelity.gaps import port_gaps
 from testbed.host.procs import ProcessGroup
 from testbed.host.waiting import wait_listening, wait_until
 from testbed.spec.units import parse_rate

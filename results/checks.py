@@ -35,15 +35,15 @@ class Thresholds:
     # share of non-empty queue samples allowed to average more than a frame per packet: a stray 2-segment skb
     # (seen once in 60,000 samples of a host queue, gso_max_segs 1) does not make the queue figures meaningless
     gso_share_max: float = 0.001
-    # sender_backlog (results/fidelity_senders.py): share of a backlogged sender's samples with nothing to send, or
+    # sender_backlog (results/fidelity/senders.py): share of a backlogged sender's samples with nothing to send, or
     # of its busy time held by the receive window / send buffer; the first and last sender_edge_s are not judged
     sender_short_max: float = 0.05
     sender_edge_s: float = 0.5
-    # dequeue_gap (results/fidelity_gaps.py, with telemetry.bpf_queues): share of a busy port's dequeue gaps late by
+    # dequeue_gap (results/fidelity/gaps.py, with telemetry.bpf_queues): share of a busy port's dequeue gaps late by
     # a frame time or more, judged at ports with at least gap_min_n gaps
     gap_late_share_max: float = 0.01
     gap_min_n: int = 1000
-    # slow_iterations (results/fidelity_stalls.py): an iteration this many times its job's median needs a cause
+    # slow_iterations (results/fidelity/stalls.py): an iteration this many times its job's median needs a cause
     slow_iter_factor: float = 1.5
     # stalls: a sampler gap or a CPU's stall (cpu_stalls.csv) covering this share of a flow's stall makes it the
     # machine's

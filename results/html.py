@@ -205,7 +205,7 @@ def _runs(cmp: Comparison) -> str:
 
 
 def _slowest(cmp: Comparison) -> list[str]:
-    """Each run's slowest replayed collective and the queue it waited behind most (results.metrics_trace)."""
+    """Each run's slowest replayed collective and the queue it waited behind most (results.metrics.trace)."""
     rows = [(row.variant, r.run_id, s["slowest_collective"]) for row in cmp.rows
             for r, s in zip(row.runs, row.summaries, strict=True) if s.get("slowest_collective")]  # fmt: skip
     if not rows:

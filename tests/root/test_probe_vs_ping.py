@@ -82,7 +82,7 @@ def ping_rtts(text: str) -> dict[int, float]:
 
 
 def p99_with_losses(answered: list[float], lost: int) -> float:
-    """The summary's p99 (results/metrics.py rtt): over every probe sent, a lost one an infinite round trip."""
+    """The summary's p99 (results/metrics/__init__.py rtt): over every probe sent, a lost one an infinite round trip."""
     return float(np.percentile(np.array(answered + [np.inf] * lost), 99))
 
 

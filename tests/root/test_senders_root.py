@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.benchnet import LineNet, line_net
-from results.fidelity_senders import check_senders
+from results.fidelity.senders import check_senders
 from testbed.host.procs import ProcessGroup
 from testbed.host.waiting import wait_listening
 from testbed.telemetry import start_sampler

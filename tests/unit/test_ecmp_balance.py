@@ -1,4 +1,4 @@
-"""ECMP balance fabric-wide per tier and per group of parallel uplinks (results.metrics_ecmp)."""
+"""ECMP balance fabric-wide per tier and per group of parallel uplinks (results.metrics.ecmp)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from results.metrics import summarize
-from results.metrics_ecmp import _natural
+from results.metrics.ecmp import _natural
 from results.record import RunRecord, load_run
 
 

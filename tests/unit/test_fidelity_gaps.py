@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from results.fidelity import evaluate, format_verdict
-from results.fidelity_gaps import HALF, check_dequeue_gaps, late_edge, port_gaps, quantile_edge
+from results.fidelity.gaps import HALF, check_dequeue_gaps, late_edge, port_gaps, quantile_edge
 from tests.unit.test_fidelity import HEALTH, PORTS, cpu_trace, queue_trace
 
 RATE = 100e6  # PORTS: 100 Mbit/s, MTU 1500: a frame every 121.1 us

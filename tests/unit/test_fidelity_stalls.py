@@ -1,4 +1,4 @@
-"""The stall guardrails (results/fidelity_stalls.py, results/stall_causes.py) on synthetic records with known causes:
+"""The stall guardrails (results/fidelity/stalls.py, results/stall_causes.py) on synthetic records with known causes:
 a 4.34 s stall of the intra-leaf flow l1h1 -> l1h2 (job ar, iteration 4, step 5) and what the record says about it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from results.checks import Thresholds
 from results.fidelity import evaluate_run
-from results.fidelity_stalls import check_slow_iterations, check_stalls
+from results.fidelity.stalls import check_slow_iterations, check_stalls
 from results.stall_causes import StallTables, judge_stalls, path_ports, possible_ports
 from testbed.spec.schemas import SCHEMAS
 

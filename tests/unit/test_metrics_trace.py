@@ -1,4 +1,4 @@
-"""The slowest replayed collective and the queue it waited behind (results/metrics_trace.py)."""
+"""The slowest replayed collective and the queue it waited behind (results/metrics/trace.py)."""
 
 from __future__ import annotations
 

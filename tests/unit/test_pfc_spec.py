@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from results.fidelity import check_bottlenecks, pause_intervals, paused_time
-from results.fidelity_pfc import check_pfc
+from results.fidelity.pfc import check_pfc
 from testbed.fabric import tc
 from testbed.fabric.checks import check_spec
 from testbed.fabric.pfc import REACTION_BOUND_S, check_headroom, pfc_plan

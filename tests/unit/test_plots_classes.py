@@ -1,4 +1,4 @@
-"""The traffic-class figure (results.plots_classes): the busiest port with classes, each class's rate there."""
+"""The traffic-class figure (results.plots.classes): the busiest port with classes, each class's rate there."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 matplotlib.use("Agg")
 
 from results.compare import compare
-from results.plots_classes import class_throughput
+from results.plots.classes import class_throughput
 from results.record import RunRecord, load_run
 from results.style import StyleRegistry
 
@@ -55,7 +55,7 @@ def test_no_classes_is_no_data(tmp_path: Path) -> None:
 
 def test_fct_is_summarised_per_traffic_class(tmp_path: Path) -> None:
     from results.metrics import summarize
-    from results.metrics_classes import class_of_jobs
+    from results.metrics.classes import class_of_jobs
 
     classes = [{"name": "ctrl", "dscp": [46]}, {"name": "be", "dscp": [0]}]
     workload = [{"name": "probe", "dscp": 46}, {"name": "bulk"}, {"name": "odd", "dscp": 12}]

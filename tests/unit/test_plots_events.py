@@ -1,4 +1,4 @@
-"""Link events marked on the iteration timeline (results.plots_events)."""
+"""Link events marked on the iteration timeline (results.plots.events)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from results.compare import compare
-from results.plots_events import iteration_timeline
+from results.plots.events import iteration_timeline
 from results.record import RunRecord, load_run
 from results.style import StyleRegistry
 

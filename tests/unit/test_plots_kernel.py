@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from results.plots_kernel import _largest_rise
+from results.plots.kernel import _largest_rise
 
 
 def _slots(port: str, t0: float, backlogs: list[tuple[int, int]]) -> list[dict[str, object]]:

@@ -1,4 +1,4 @@
-"""The PFC figure (results.plots_pfc): pause time per port, and pause-seconds by hop from the congested queue."""
+"""The PFC figure (results.plots.pfc): pause time per port, and pause-seconds by hop from the congested queue."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 matplotlib.use("Agg")
 
 from results.compare import compare
-from results.plots_pfc import hops, pause_time
+from results.plots.pfc import hops, pause_time
 from results.record import RunRecord, load_run
 from results.style import StyleRegistry
 from results.tables import read_table

@@ -20,7 +20,7 @@ from results.compare import (
     write_csv,
 )
 from results.metrics import summarize
-from results.metrics_tcp import KINDS
+from results.metrics.tcp import KINDS
 from results.record import find_runs
 from results.stats import t_quantile_975
 from results.tables import reason

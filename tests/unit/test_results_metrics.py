@@ -1,4 +1,4 @@
-"""Metrics on small hand-built runs whose right answers are known (results.metrics, results.metrics_fabric)."""
+"""Metrics on small hand-built runs whose right answers are known (results.metrics, results.metrics.fabric)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from results.metrics import METRICS, summarize
-from results.metrics_fabric import util_max
+from results.metrics.fabric import util_max
 from results.record import RunRecord, load_run
 from results.stats import jain_index, mean_ci, percentiles, t_quantile_975
 

@@ -1,4 +1,4 @@
-"""Retransmissions by kind from the netstat counters' deltas (results.metrics_tcp), and n/a naming the counter an
+"""Retransmissions by kind from the netstat counters' deltas (results.metrics.tcp), and n/a naming the counter an
 older record lacks."""
 
 from __future__ import annotations

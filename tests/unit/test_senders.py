@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from results.fidelity import Thresholds, evaluate
-from results.fidelity_senders import check_senders
+from results.fidelity.senders import check_senders
 from testbed.spec.schemas import SCHEMAS
 from testbed.spec.workload import IperfJob, RttProbeJob
 from testbed.telemetry.ports import ConfigError, PortRef, SamplerConfig, SenderRef

@@ -19,9 +19,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from results import plots_classes, plots_events, plots_kernel, plots_pfc
 from results.compare import Comparison, Row
 from results.metrics import load_window
+from results.plots import classes as plots_classes
+from results.plots import events as plots_events
+from results.plots import kernel as plots_kernel
+from results.plots import pfc as plots_pfc
 from results.record import Run
 from results.stats import ecdf
 from results.style import StyleRegistry

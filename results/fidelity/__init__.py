@@ -20,18 +20,18 @@ Checks (thresholds in ``Thresholds``):
 - ``sampler``: achieved queue-sampling rate against the target and the longest gap (from sampler_health.json when
   given; otherwise only the gap between rows, which the sampler writes at least every keyframe).
 - ``sender_backlog``: a backlogged iperf3 sender whose socket ran out of data, or was held by its receive window
-  or send buffer, was short of CPU (``results.fidelity_senders``).
+  or send buffer, was short of CPU (``results.fidelity.senders``).
 - ``gso_superpackets``: a queue whose backlog_bytes / backlog_pkts exceeds one frame (MTU + 14, plus
   ``GSO_SLACK`` for header accounting) held packets bigger than a frame (GSO/GRO super-packets), so per-packet queue
   figures are meaningless.
 - ``dequeue_gap`` (runs with ``telemetry.bpf_queues``): packets left a busy port when the link would have sent them
-  (``results.fidelity_gaps``, Mininet-HiFi's direct check). When it passes, a failed ``cpu_saturation`` stays in
+  (``results.fidelity.gaps``, Mininet-HiFi's direct check). When it passes, a failed ``cpu_saturation`` stays in
   the verdict as a warning (``waived_by``, listed in ``warnings``) and does not make the run unfaithful.
 - ``pfc`` (runs with lossless classes): the PFC controller reacted within the time the headroom was sized for
-  (``results.fidelity_pfc``).
+  (``results.fidelity.pfc``).
 - ``stalls`` and ``slow_iterations`` (runs whose rank workers had the stall watchdog, stalls.csv): every flow that
   went two RTOs without progress has a cause in the record, and the experiment made it; every iteration over
-  ``slow_iter_factor`` x its job's median has a cause (``results.fidelity_stalls``).
+  ``slow_iter_factor`` x its job's median has a cause (``results.fidelity.stalls``).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ import numpy as np
 import pandas as pd
 
 from results.checks import Rows, Thresholds, as_frame, check, verdict, waive
-from results.fidelity_gaps import check_dequeue_gaps
-from results.fidelity_pfc import check_pfc
-from results.fidelity_senders import check_senders
-from results.fidelity_stalls import check_slow_iterations, check_stalls
+from results.fidelity.gaps import check_dequeue_gaps
+from results.fidelity.pfc import check_pfc
+from results.fidelity.senders import check_senders
+from results.fidelity.stalls import check_slow_iterations, check_stalls
 from results.ports import PortRows, in_window, split_ports
 from results.record import load_run
 from results.stall_causes import StallTables, judge_stalls

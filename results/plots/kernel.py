@@ -6,7 +6,7 @@
 - ``cdf_sojourn``: per variant, the CDF of per-packet sojourn time (enqueue to dequeue) over every port, from the
   run's histograms (manifest ``qtelem_health``); the x values are the buckets' upper edges.
 - ``cdf_dequeue_gap``: per variant, the CDF of the dequeue gaps' deviation from the ideal transmission time at
-  busy ports (the direct fidelity check's data, results/fidelity_gaps.py): early negative, late positive.
+  busy ports (the direct fidelity check's data, results/fidelity/gaps.py): early negative, late positive.
 
 A run without the kernel telemetry gives none of these; a figure no run has data for raises ``no_data`` (the
 caller's ``results.plots.NoData``, passed in: this module sits below results.plots) and is skipped with the reason.
@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from results.compare import Comparison, Row
-from results.fidelity_gaps import HALF, upper_edge_us
+from results.fidelity.gaps import HALF, upper_edge_us
 from results.style import StyleRegistry
 from results.tables import numbers
 

@@ -5,8 +5,8 @@
 reason it could not be; a statistic of samples names how many it rests on in ``samples``, and a percentile the
 sample cannot support is None (``results.summary``).
 Application-level metrics (goodput, collectives, FCT, RTT, fairness, traffic matrix) are here; queue, link
-and pause metrics are in ``results.metrics_fabric``, ECMP balance in ``results.metrics_ecmp``, TCP counters in
-``results.metrics_tcp``. Definitions: docs/record-format.md.
+and pause metrics are in ``results.metrics.fabric``, ECMP balance in ``results.metrics.ecmp``, TCP counters in
+``results.metrics.tcp``. Definitions: docs/record-format.md.
 """
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from results import metrics_ecmp, metrics_fabric, metrics_tcp, metrics_trace, nccl_tests
-from results.metrics_classes import class_of_jobs
+from results import nccl_tests
+from results.metrics import ecmp as metrics_ecmp
+from results.metrics import fabric as metrics_fabric
+from results.metrics import tcp as metrics_tcp
+from results.metrics import trace as metrics_trace
+from results.metrics.classes import class_of_jobs
 from results.record import NCCL_TESTS, SUMMARY, Run, RunRecord, load_run, write_json_atomic
 from results.stats import jain_index, percentiles, supported_percentiles, supported_quantile
 from results.summary import Summary, percentile_fields

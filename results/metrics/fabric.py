@@ -1,5 +1,5 @@
 """Fabric-side metrics of one run: queues, link utilization, PFC pauses (see results.metrics; ECMP balance is in
-``results.metrics_ecmp``, TCP counters in ``results.metrics_tcp``).
+``results.metrics.ecmp``, TCP counters in ``results.metrics.tcp``).
 
 Counters are cumulative, so a port's figure over the run is its last reading less its first, over the port's rows
 in time order (``results.ports``). queues.csv and links.csv have a row when a counter changed (plus keyframes), so
