@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+from testbed.bpf.build import SRC_DIR
 from testbed.fabric.flowlet import CFG, STATS, STATS_FIELDS, combine
 
-SRC = Path(__file__).resolve().parents[2] / "testbed" / "ecn" / "bpf" / "flowlet.bpf.c"
+SRC = SRC_DIR / "flowlet.bpf.c"
 
 
 def test_combine_sums_counts_and_keeps_the_extremes() -> None:
