@@ -60,9 +60,9 @@ from testbed.spec.link import ETH_HEADER
 # a real super-packet adds at least one more MSS, so an average above frame + 128 B is one.
 GSO_SLACK = 128
 # The kernel's qdisc dump (tc_fill_qdisc) reads qlen before it copies the backlog, without the qdisc lock, so a dump
-# can count one packet more in bytes than in packets (seen: 45070 B = 5 frames in "4" packets; 0.16-0.3 % of samples
-# of a busy queue in the TCG guest, whose dumps are slow; 18028 B in "1" packet once natively). A super-packet
-# queue is one whose bytes exceed (packets + 1) frames; real GSO skbs (up to 64 KB) exceed that many times over.
+# can count one packet more in bytes than in packets (more often in the TCG guest, whose dumps are slow; the
+# samples seen: docs/bench.md, "Reading a queue's bytes apart"). A super-packet queue is one whose bytes exceed
+# (packets + 1) frames; real GSO skbs (up to 64 KB) exceed that many times over.
 READ_APART = "backlog_bytes > (backlog_pkts + 1) x frame"
 
 
