@@ -31,7 +31,7 @@ from traffic.ranked import resolve_ranks
 from traffic.trace_job import job_graph
 from traffic.trace_schedule import TraceBuilder
 
-NODE_MEMORY_BYTES = 1_000_000  # a node's idle cost (docs/bench.md, "Node limits"), rounded up and doubled for traffic
+NODE_MEMORY_BYTES = 1_000_000  # a node's idle cost (docs/bench.md, "Node limits"), doubled for traffic
 MEMORY_SHARE = 0.5  # the rest is for the traffic, the sampler, the records and everything else on the machine
 
 
