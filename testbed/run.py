@@ -238,7 +238,8 @@ def _record_point(
         window = record.manifest.get("traffic_window")
         record.flush()  # the guardrails read the tables from disk, once: the summary reads the same frames
         run = load_run(record.path)
-        verdict = fidelity.evaluate_run(run, window=tuple(window) if window else None, **fidelity.guest_thresholds())
+        guest = fidelity.guest_thresholds(run.manifest)  # as the manifest says it ran
+        verdict = fidelity.evaluate_run(run, window=tuple(window) if window else None, **guest)
         record.set("fidelity", verdict)
         finish_run(record, run=run)
         return RunResult(record.path, "complete", bool(verdict.get("faithful")))

@@ -448,10 +448,12 @@ def format_verdict(v: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def guest_thresholds(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``evaluate_run``: the TCG guest's sampler allowance (``testbed.plan.guestfit``), empty
-    when not under TCG."""
-    if not guestfit.under_tcg(env):
+def guest_thresholds(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for ``evaluate_run``: the TCG guest's sampler allowance (``testbed.plan.guestfit``) when
+    the record ran in a software-emulated guest, else empty. Read from the record's manifest (``guest``: the
+    ``TESTBED_GUEST*`` variables of the process that ran it), never from the reader's environment, so a record is
+    judged the same wherever it is read."""
+    if not guestfit.under_tcg(manifest.get("guest") or {}):
         return {}
     return {
         "th": Thresholds(sampler_gap_max_s=guestfit.TCG_SAMPLER_GAP_S, sampler_rate_min=guestfit.TCG_SAMPLER_RATE_MIN)

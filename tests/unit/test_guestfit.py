@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from results.fidelity import evaluate_run
 from results.fidelity import guest_thresholds as thresholds
+from results.record import RunRecord, load_run
 from testbed.plan.guestfit import TCG_LINK_HZ, TCG_QUEUE_HZ, GuestFitError, check_fabric, fit_telemetry, under_tcg
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.scenario import TelemetrySpec
@@ -48,6 +53,31 @@ def test_sampler_rates_capped_under_tcg_and_noted() -> None:
 
 
 def test_sampler_allowance_only_under_tcg() -> None:
-    th = thresholds(TCG)["th"]
+    th = thresholds({"guest": TCG})["th"]
     assert th.sampler_gap_max_s == 0.25 and th.sampler_rate_min == 0.85 and th.rate_min == 0.95  # rate check unchanged
-    assert thresholds(KVM) == {} and thresholds({}) == {}
+    assert thresholds({"guest": KVM}) == {} and thresholds({"guest": None}) == {} and thresholds({}) == {}
+
+
+# a sampler at 0.87 of its rate with a 0.2 s gap: within the TCG guest's allowance, short of the native thresholds
+SLOW_SAMPLER = {"target_hz": 50, "rate_hz_min": 43.5, "per_netns": {"tb1-s1": {"gap_max_ms": 200.0}}}
+
+
+def _judged(path: Path) -> dict[str, Any]:
+    run = load_run(path)
+    return evaluate_run(run, **thresholds(run.manifest))
+
+
+@pytest.mark.parametrize("guest", [TCG, None], ids=["tcg-record", "native-record"])
+def test_a_record_is_judged_by_its_manifest_not_by_the_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guest: dict[str, str] | None
+) -> None:
+    rec = RunRecord.create(tmp_path, "judged", scenario={"fabric": {"transport": {"gso_max_segs": 1}}})
+    rec.update({"guest": guest, "fabric": {"ports": []}, "sampler_health": SLOW_SAMPLER})
+    for key in TCG:
+        monkeypatch.delenv(key, raising=False)
+    native = _judged(rec.path)
+    for key, value in TCG.items():  # the reader now inside a TCG guest
+        monkeypatch.setenv(key, value)
+    assert _judged(rec.path) == native
+    sampler = next(c for c in native["checks"] if c["name"] == "sampler")
+    assert sampler["ok"] is (guest is not None), sampler  # the allowance follows the record's own guest
