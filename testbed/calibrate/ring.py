@@ -9,12 +9,13 @@ clients' options. The clients start once every server listens, so none of them r
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from testbed.calibrate.record import CalibrationError
+from testbed.host.waiting import wait_until
 from traffic.iperf import listening
 
 # (role "server" or "client", flow index, host, argv) -> a process with ``pid`` and ``poll()``
@@ -41,16 +42,19 @@ def stop(p: Any) -> None:
             p.wait(3)
 
 
+def _listening_or_gone(server: Any, port: int) -> bool:
+    return listening(server.pid, port) or server.poll() is not None
+
+
 def _await_listening(servers: Sequence[Any], flows: Sequence[tuple[str, str]], port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for i, server in enumerate(servers):
-        while not listening(server.pid, port + i):
-            if server.poll() is not None or time.monotonic() > deadline:
-                state = "exited" if server.poll() is not None else f"not listening after {timeout:g} s"
-                raise CalibrationError(
-                    f"iperf3 server of flow {flows[i][0]} -> {flows[i][1]} {state} (port {port + i})"
-                )
-            time.sleep(0.01)
+    for i, (server, (src, dst)) in enumerate(zip(servers, flows, strict=True)):
+        what = f"the iperf3 server of flow {src} -> {dst} to listen on port {port + i}"
+        try:
+            wait_until(partial(_listening_or_gone, server, port + i), timeout, what)
+        except TimeoutError as exc:
+            raise CalibrationError(str(exc)) from None
+        if server.poll() is not None:
+            raise CalibrationError(f"{what}: it exited first")
 
 
 @contextmanager
