@@ -66,14 +66,20 @@ def make_fabric(scenario: Scenario | str | Path | dict[str, Any], lock_wait: flo
     always tears it down; before that, the run's own checks refuse what this machine cannot run (capabilities,
     the CPU budget, the bounds) as a SpecError. ``lock_wait``: seconds to wait for another run's lock. Root."""
     from testbed.fabric.build import Fabric
-    from testbed.fabric.probe import probe
-    from testbed.run import job_ccs, preflight
+    from testbed.machine import here
+    from testbed.plan.point import plan_point
+    from testbed.run import job_ccs
 
     point = _scenario(scenario)
-    caps = probe()
-    preflight(point, caps)
+    machine = here()
+    plan = plan_point(point, machine)
     return Fabric(
-        point.fabric, caps, lock_wait=lock_wait, extra_cc=job_ccs(point.workload), path_bytes=point.telemetry.path_bytes
+        point.fabric,
+        machine.caps,
+        lock_wait=lock_wait,
+        extra_cc=job_ccs(point.workload),
+        path_bytes=point.telemetry.path_bytes,
+        plan=plan.fabric,
     )
 
 
@@ -83,6 +89,7 @@ def run_jobs(
     """Run the scenario's workload (or only the jobs named in ``jobs``) on ``fab``, built from the same scenario,
     and return its record under ``out``, as ``testbed run`` records a point (telemetry, fidelity, summary). The
     fabric stays up for the next call. A run that failed raises RunFailedError naming its record. Root."""
+    from testbed.machine import with_caps
     from testbed.run import run_on_built
 
     point = _scenario(scenario)
@@ -92,7 +99,7 @@ def run_jobs(
         if unknown:
             raise SpecError("workload", f"no job {', '.join(unknown)} in {point.name}: jobs are {', '.join(named)}")
         point = dataclasses.replace(point, workload=tuple(named[j] for j in jobs))
-    result = run_on_built(fab, point, Path(out), fab.caps)
+    result = run_on_built(fab, point, Path(out), with_caps(fab.caps))
     if result.status != "complete":
         raise RunFailedError(result.path, result.error)
     return load_run(result.path)

@@ -51,15 +51,14 @@ def _clean(args: argparse.Namespace) -> int:
 
 def _mn_cli(args: argparse.Namespace) -> int:
     from testbed.labcli import open_cli
-    from testbed.machine import probe
-    from testbed.run import preflight
+    from testbed.machine import here
+    from testbed.plan.point import plan_point
     from testbed.spec.scenario import load_scenario
     from testbed.spec.settings import parse_settings
 
     scenario = load_scenario(args.scenario, parse_settings(args.set))
-    caps = probe()
-    preflight(scenario, caps)  # one line and exit 2 before anything is built
-    open_cli(scenario, Path(args.out), caps)
+    plan = plan_point(scenario, here())  # one line and exit 2 before anything is built
+    open_cli(scenario, Path(args.out), plan.machine, plan=plan.fabric)
     return 0
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from testbed.fabric.build import Fabric
 from testbed.fabric.mininet_view import sync
-from testbed.host.capabilities import Capabilities
+from testbed.fabric.portplan import FabricPlan
+from testbed.host.machine import Machine
 from testbed.host.mininet_compat import import_mininet
 from testbed.run import job_ccs, run_on_built
 from testbed.spec.scenario import Scenario
@@ -96,8 +97,8 @@ class FabricCLI(CLI):  # type: ignore[misc]  # Mininet is untyped
 
     prompt = "mininet> "
 
-    def __init__(self, fab: Fabric, scenario: Scenario, out: Path, caps: Capabilities, **kw: Any):
-        self.fab, self.scenario, self.out, self.caps = fab, scenario, out, caps
+    def __init__(self, fab: Fabric, scenario: Scenario, out: Path, machine: Machine, **kw: Any):
+        self.fab, self.scenario, self.out, self.machine = fab, scenario, out, machine
         self.jobs: dict[str, threading.Thread] = {}
         self.records: list[Path] = []
         super().__init__(fab.mininet, **kw)  # Mininet's CLI runs its loop in __init__
@@ -165,7 +166,7 @@ class FabricCLI(CLI):  # type: ignore[misc]  # Mininet is untyped
         point = dataclasses.replace(self.scenario, name=f"{self.scenario.name}-{name}", workload=(jobs[name],))
 
         def body() -> None:
-            res = run_on_built(self.fab, point, self.out, self.caps)
+            res = run_on_built(self.fab, point, self.out, self.machine)
             self.records.append(res.path)
             output(
                 f"\n*** job {name}: {res.status}{'' if res.faithful is not False else ' (not faithful)'}: {res.path}\n"
@@ -205,17 +206,18 @@ def _on_hangup(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def open_cli(scenario: Scenario, out: Path, caps: Capabilities, **kw: Any) -> None:
-    """Build the scenario's fabric, open the CLI on it, tear it down when the CLI ends (exit, EOF, signals)."""
+def open_cli(scenario: Scenario, out: Path, machine: Machine, plan: FabricPlan | None = None, **kw: Any) -> None:
+    """Build the scenario's fabric (as ``plan`` says, when given), open the CLI on it, tear it down when the CLI
+    ends (exit, EOF, signals)."""
     extra_cc = job_ccs(scenario.workload)
     old = signal.signal(signal.SIGHUP, _on_hangup)  # SIGTERM: the fabric's own handler (testbed.fabric.build)
     try:
-        with Fabric(scenario.fabric, caps, extra_cc=extra_cc) as fab:
+        with Fabric(scenario.fabric, machine.caps, extra_cc=extra_cc, plan=plan) as fab:
             sync(fab.mininet, fab.topo, fab.netns)
             setLogLevel("output")  # Mininet prints node output, ping and iperf results at this level
             print(f"fabric {fab.prefix}: {len(fab.hosts)} hosts; namespaces are {fab.prefix}-<node>; `help`, `exit`")
             for name, h in fab.hosts.items():
                 print(f"  {name:10s} {h.ip:14s} leaf {h.leaf}")
-            FabricCLI(fab, scenario, out, caps, **kw)
+            FabricCLI(fab, scenario, out, machine, **kw)
     finally:
         signal.signal(signal.SIGHUP, old)

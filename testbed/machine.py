@@ -7,16 +7,35 @@ The calibration sits above the fabric it measures, so the probe cannot read it; 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 
 from testbed.calibrate import cache
 from testbed.fabric import probe as fabric_probe
 from testbed.host import capabilities
 from testbed.host.capabilities import Capabilities
+from testbed.host.machine import GUEST_PREFIX, Machine
 
 
 def probe() -> Capabilities:
     """``testbed.fabric.probe.probe()`` with ``calibration``: this machine's calibration, or why there is none."""
     return dataclasses.replace(fabric_probe.probe(), calibration=cache.status())
+
+
+def here(env: Mapping[str, str] | None = None) -> Machine:
+    """This machine: the probe (with the calibration's status) and the context the environment gives (``env``,
+    else this process's)."""
+    return Machine.from_env(probe(), os.environ if env is None else env)
+
+
+def with_caps(caps: Capabilities, env: Mapping[str, str] | None = None) -> Machine:
+    """The machine with these capabilities (assumed, or probed already) in the context the environment gives."""
+    return Machine.from_env(caps, os.environ if env is None else env)
+
+
+def in_guest(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process runs inside the guest-kernel mode (``testbed vm``), without probing."""
+    return bool((os.environ if env is None else env).get(GUEST_PREFIX))
 
 
 def doctor_rows(caps: Capabilities) -> list[tuple[str, str, str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -28,32 +27,30 @@ from results.cli import report_main
 from results.metrics import finish_run
 from results.progress import Progress
 from results.record import RunRecord, load_run
-from testbed.fabric import tc
 from testbed.fabric.build import Fabric
-from testbed.fabric.pfc import pfc_plan
 from testbed.fabric_counters import record_counters, record_path_bytes
 from testbed.failures import EventRunner, LinkFailures
 from testbed.host.capabilities import Capabilities
+from testbed.host.machine import Machine
 from testbed.host.mininet_compat import import_mininet
-from testbed.machine import probe
+from testbed.machine import here, in_guest
 from testbed.pfc import start_pfc
 from testbed.plan import guestfit
 from testbed.plan.budget import manifest_entry
-from testbed.plan.point import preflight
-from testbed.spec.scenario import Scenario, ScenarioFile, TelemetrySpec, load_scenario_file, resolved
+from testbed.plan.point import PointPlan, plan_point
+from testbed.plan.refs import qslots_config, sampler_ports, sender_refs
+from testbed.spec.scenario import Scenario, ScenarioFile, load_scenario_file, resolved
 from testbed.spec.schemas import SCHEMAS
 from testbed.spec.settings import parse_settings
-from testbed.telemetry import PortRef, start_sampler
-from testbed.telemetry.bpfmarks import marks_map_path
+from testbed.spec.topology import Topology
+from testbed.telemetry import start_sampler
 from testbed.telemetry.budget import CpuBudget
 from testbed.telemetry.canary import CanaryConfig, start_canary
 from testbed.telemetry.netstat import snapshot_hosts
-from testbed.telemetry.ports import SenderRef
-from testbed.telemetry.qslots import QslotsConfig, start_qslots
-from testbed.telemetry.qtelem import QtPort
+from testbed.telemetry.qslots import start_qslots
 from testbed.vm import run_in_guest
 from traffic.base import RunContext
-from traffic.iperf import bulk_senders, fixed_client_ports
+from traffic.iperf import fixed_client_ports
 from traffic.placement import SourcePorts
 from traffic.workload import make_generator, run_workload
 
@@ -120,57 +117,30 @@ def sysctl_values(fab: Fabric) -> dict[str, dict[str, str]]:
     return out
 
 
-def _sampler_ports(fab: Fabric) -> list[Any]:
-
-    bpf = fab.marking.get("ports", {})
-    refs = []
-    for p in fab.ports():
-        ns = fab.netns(p.node)
-        mm = marks_map_path(fab.prefix, ns, p.dev) if bpf.get(p.name) == "bpf" else None
-        leaf = tc.ROOT_HANDLE if p.link.classes else tc.LEAF_HANDLE  # with classes: HTB's root holds them all
-        refs.append(PortRef(ns, p.dev, leaf=leaf, node=p.node, marks_map=mm))
-    return refs
-
-
-def _qslots_config(fab: Fabric, tele: TelemetrySpec) -> QslotsConfig:
-    impls = fab.marking.get("ports", {})
-    ports = tuple(
-        QtPort(
-            fab.netns(p.node), p.dev, p.link.rate_bps, p.node, kernel_red=impls.get(p.name) == "kernel", mtu=p.link.mtu
-        )
-        for p in fab.ports()
-    )
-    return QslotsConfig(ports, slot_ns=tele.slot_ns)
-
-
 SENDER_HZ = 20.0  # TCP_INFO samples per second of each backlogged iperf3 sender (senders.csv)
 
 
-def _sender_refs(fab: Fabric, scenario: Scenario) -> list[Any]:
-    """The namespaces of the workload's backlogged iperf3 clients and their servers' ports, for senders.csv."""
-
-    by_src: dict[str, list[int]] = {}
-    for src, port in bulk_senders(scenario.workload):
-        by_src.setdefault(src, []).append(port)
-    return [SenderRef(fab.hosts[h].netns, h, tuple(ports)) for h, ports in by_src.items() if h in fab.hosts]
-
-
-def run_point(
-    scenario: Scenario, out: Path, caps: Capabilities, lock_wait: float = 0.0, retake_of: list[str] | None = None
-) -> RunResult:
-    """Run one sweep point; always returns (a failure is recorded, not raised), except for Ctrl-C.
+def run_point(plan: PointPlan, out: Path, lock_wait: float = 0.0, retake_of: list[str] | None = None) -> RunResult:
+    """Run one sweep point as its plan says (``testbed.plan.point.plan_point``); always returns (a failure is
+    recorded, not raised), except for Ctrl-C.
 
     ``retake_of`` names the earlier records of this point that failed a fidelity guardrail (manifest ``retake_of``)."""
-
-    scenario, record = _create_record(scenario, out, caps, retake_of)
+    scenario, machine = plan.scenario, plan.machine
+    record = _create_record(scenario, out, machine, plan.guest_fit, retake_of)
     extra_cc = job_ccs(scenario.workload)
     return _record_point(
         record,
         scenario,
-        caps,
+        machine,
         lambda: Fabric(
-            scenario.fabric, caps, lock_wait=lock_wait, extra_cc=extra_cc, path_bytes=scenario.telemetry.path_bytes
+            scenario.fabric,
+            machine.caps,
+            lock_wait=lock_wait,
+            extra_cc=extra_cc,
+            path_bytes=scenario.telemetry.path_bytes,
+            plan=plan.fabric,
         ),
+        plan.topo,
     )
 
 
@@ -179,29 +149,32 @@ def job_ccs(workload: Sequence[Any]) -> frozenset[str]:
     return frozenset(str(j.cc) for j in workload if getattr(j, "cc", None))
 
 
-def run_on_built(fab: Fabric, scenario: Scenario, out: Path, caps: Capabilities) -> RunResult:
+def run_on_built(fab: Fabric, scenario: Scenario, out: Path, machine: Machine) -> RunResult:
     """Run ``scenario``'s workload on a fabric built already (the CLI's ``run JOB``), recorded as ``run_point``
     records a point; the fabric stays up."""
-    scenario, record = _create_record(scenario, out, caps, None)
-    return _record_point(record, scenario, caps, lambda: contextlib.nullcontext(fab))
+    telemetry, fit_notes = guestfit.fit_telemetry(scenario.telemetry, machine.env)
+    scenario = dataclasses.replace(scenario, telemetry=telemetry)
+    record = _create_record(scenario, out, machine, fit_notes, None)
+    return _record_point(record, scenario, machine, lambda: contextlib.nullcontext(fab), fab.topo)
 
 
 def _create_record(
-    scenario: Scenario, out: Path, caps: Capabilities, retake_of: list[str] | None
-) -> tuple[Scenario, RunRecord]:
-    """The point as it will run here (its telemetry fitted to a guest) and its new record."""
-    telemetry, fit_notes = guestfit.fit_telemetry(scenario.telemetry)
-    scenario = dataclasses.replace(scenario, telemetry=telemetry)
-    record = point_record(
+    scenario: Scenario,
+    out: Path,
+    machine: Machine,
+    fit_notes: dict[str, Any] | None,
+    retake_of: list[str] | None,
+) -> RunRecord:
+    """The new record of a point as it will run here (its telemetry fitted to a guest: ``fit_notes``)."""
+    return point_record(
         scenario,
         out,
-        capabilities=caps.to_dict(),
+        capabilities=machine.caps.to_dict(),
         tools=tool_versions(),
-        guest=guest_environment(),
+        guest=guest_environment(machine),
         **({"guest_fit": fit_notes} if fit_notes else {}),
         **({"retake_of": retake_of} if retake_of else {}),
     )
-    return scenario, record
 
 
 def point_record(scenario: Scenario, out: Path, **extra: Any) -> RunRecord:
@@ -225,11 +198,17 @@ def point_record(scenario: Scenario, out: Path, **extra: Any) -> RunRecord:
 
 
 def _record_point(
-    record: RunRecord, scenario: Scenario, caps: Capabilities, fabric: Callable[[], AbstractContextManager[Fabric]]
+    record: RunRecord,
+    scenario: Scenario,
+    machine: Machine,
+    fabric: Callable[[], AbstractContextManager[Fabric]],
+    topo: Topology,
 ) -> RunResult:
     """Run the point on ``fabric()`` (entered and left here) into ``record``, judge and summarize it."""
+    caps = machine.caps
     try:
-        record.set("preflight", manifest_entry(scenario.fabric, scenario.workload, caps, scenario.telemetry))
+        entry = manifest_entry(scenario.fabric, scenario.workload, caps, scenario.telemetry, env=machine.env, topo=topo)
+        record.set("preflight", entry)
 
         for i, job in enumerate(scenario.workload):  # refuse before building
             make_generator(job, i).check(caps)
@@ -278,22 +257,22 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
     events = _link_events(record, scenario, fab)
     sampler = start_sampler(
         fab.procs,
-        _sampler_ports(fab),
+        sampler_ports(fab),
         record.path,
         rate_hz=tele.queue_hz,
         link_hz=tele.link_hz,
         cpu_hz=tele.cpu_hz,
-        senders=_sender_refs(fab, scenario),
+        senders=sender_refs(fab, scenario.workload),
         sender_hz=min(SENDER_HZ, tele.queue_hz),
         go_file=str(go_file),
     )
     record.event("sampler", "started")
-    plan = pfc_plan(fab.ports())
+    plan = fab.plan.pfc
     pfc = start_pfc(fab.procs, plan, fab.netns, record.path) if plan else None
     if pfc is not None:
         record.event("pfc", f"controller watching {len(plan.queues)} queues, {len(plan.feeds)} ingress ports")
     canary = start_canary(fab.procs, CanaryConfig(), record.path)
-    qslots = start_qslots(fab.procs, _qslots_config(fab, tele), record.path) if tele.bpf_queues else None
+    qslots = start_qslots(fab.procs, qslots_config(fab, tele.slot_ns), record.path) if tele.bpf_queues else None
     record.set("queue_telemetry", ["poller", "bpf"] if qslots is not None else ["poller"])
     if qslots is not None:
         record.event("qslots", "started")
@@ -390,27 +369,31 @@ def _link_events(record: RunRecord, scenario: Scenario, fab: Fabric) -> LinkFail
     return failures
 
 
-def run_file(sf: ScenarioFile, out: Path, lock_wait: float = 0.0, retake_unfaithful: int = 0) -> list[RunResult]:
+def run_file(
+    sf: ScenarioFile,
+    out: Path,
+    lock_wait: float = 0.0,
+    retake_unfaithful: int = 0,
+    machine: Machine | None = None,
+) -> list[RunResult]:
     """Run every point; one result per point.
 
     A point whose run failed a fidelity guardrail (the emulation did not keep up: a stalled guest, a saturated CPU)
     is run again up to ``retake_unfaithful`` times. The unfaithful records stay on disk, the retake's manifest names
     them (``retake_of``) and the result lists them (``retaken``); a point that never ran faithfully stays unfaithful.
+    ``machine``: where it runs (``testbed.machine.here()`` when not given).
     """
-
-    caps = probe()
-
-    for point in sf.points:  # refuse what cannot run here before the first point starts
-        preflight(point, caps)
+    machine = here() if machine is None else machine
+    plans = [plan_point(point, machine) for point in sf.points]  # refuse what cannot run before the first starts
     progress = Progress(len(sf.points))
     progress.plan([p.duration_s + 5 for p in sf.points])
     results = []
-    for point in sf.points:
+    for point, plan in zip(sf.points, plans, strict=True):
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.variant) or point.name
         retaken: list[Path] = []
         while True:
             progress.start(label + (f" (retake {len(retaken)})" if retaken else ""), point.duration_s + 5)
-            res = run_point(point, out, caps, lock_wait, retake_of=[p.name for p in retaken])
+            res = run_point(plan, out, lock_wait, retake_of=[p.name for p in retaken])
             progress.finish(res.status if res.faithful is not False else "not faithful")
             if res.faithful is not False or len(retaken) >= retake_unfaithful:
                 break
@@ -458,10 +441,9 @@ def _in_guest(args: RunOptions, kernel: str) -> int:
     return int(res.rc)
 
 
-def guest_environment() -> dict[str, str] | None:
-    if not os.environ.get("TESTBED_GUEST"):
-        return None
-    return {k: v for k, v in os.environ.items() if k.startswith("TESTBED_GUEST")}
+def guest_environment(machine: Machine) -> dict[str, str] | None:
+    """The manifest's ``guest``: the guest-kernel mode's settings, None outside it."""
+    return dict(machine.guest) if machine.in_guest else None
 
 
 PointsRunner = Callable[[ScenarioFile, RunOptions], list[RunResult]]
@@ -470,7 +452,7 @@ PointsRunner = Callable[[ScenarioFile, RunOptions], list[RunResult]]
 def run_main(args: RunOptions, runner: PointsRunner | None = None) -> int:
     """Run every point (here, or with ``runner``: the cluster client), print where the records are, report."""
     sf = load_scenario_file(args.scenario, parse_settings(args.settings))
-    if runner is None and not os.environ.get("TESTBED_GUEST"):
+    if runner is None and not in_guest():
         if args.kernel:
             return _in_guest(args, args.kernel)
         if sf.base.kernel == "stock":

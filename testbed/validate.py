@@ -1,9 +1,9 @@
 """`testbed validate FILE [--set KEY=VALUE ...]`: check a scenario file without running it, and without root.
 
 It loads the file (every sweep point and repetition, as `run` does), runs `run`'s own preflight on every point
-(``testbed.plan.point.preflight``: capabilities, the guest fit, the fabric's size, the time bounds, the kernel queue
+(``testbed.plan.point.plan_point``: capabilities, the guest fit, the fabric's size, the time bounds, the kernel queue
 telemetry, the CPU budget against this machine's cached calibration or the built-in estimate) and prints each
-variant's plan (``testbed.plan``). Exit 0 when every point would run, 2 with one line per refusal otherwise.
+variant's plan (``testbed.plan.text``: the spec's and, for a point that would run, its ports' as planned). Exit 0 when every point would run, 2 with one line per refusal otherwise.
 
 The capability probe needs root for its trials in a scratch namespace (qdiscs, ifb, ECMP hashing, nftables,
 the ECN marking implementations). Without root those are not probed; validate then assumes them present and
@@ -21,12 +21,13 @@ from typing import TextIO
 from testbed.calibrate.cache import describe_status
 from testbed.errors import TestbedError
 from testbed.host.capabilities import Capabilities
+from testbed.host.machine import Machine
 from testbed.host.probe import QDISC_TRIALS
-from testbed.machine import probe
+from testbed.machine import probe, with_caps
 from testbed.plan import budget as pf_budget
 from testbed.plan.labels import variant_text
-from testbed.plan.point import preflight
-from testbed.plan.text import plan_lines
+from testbed.plan.point import PointPlan, plan_point
+from testbed.plan.text import plan_lines, port_lines
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario, load_scenario_file
 from testbed.spec.settings import parse_settings
@@ -70,18 +71,18 @@ def _calibration_line(caps: Capabilities) -> str:
     return f"CPU budget: against the built-in estimate: {why} (`testbed calibrate` measures it, as root)"
 
 
-def _verdict(point: Scenario, caps: Capabilities) -> str | None:
-    """The point's refusal, one line, or None when it would run."""
+def _verdict(point: Scenario, machine: Machine) -> PointPlan | str:
+    """The point's plan, or its refusal in one line."""
     try:
-        preflight(point, caps)
+        return plan_point(point, machine)
     except SpecError as exc:
         return str(exc)
-    return None
 
 
-def _load_line(point: Scenario, caps: Capabilities) -> str:
+def _load_line(point: Scenario, machine: Machine, plan: PointPlan | None) -> str:
     try:
-        v = pf_budget.check_budget(point, caps)
+        v = plan.budget if plan is not None and plan.budget is not None else None
+        v = v or pf_budget.check_budget(point, machine.caps, env=machine.env, topo=plan.topo if plan else None)
     except TestbedError as exc:
         return f"  CPU: not estimated ({exc})"
     e = v.estimate
@@ -99,6 +100,7 @@ def validate(path: str | Path, settings: Sequence[str] = (), out: TextIO | None 
     out = sys.stdout if out is None else out
     sf = load_scenario_file(path, parse_settings(settings))
     caps, assumed = assume_unprobed(probe())
+    machine = with_caps(caps)
     variants: dict[tuple[object, ...], list[Scenario]] = {}
     for point in sf.points:
         variants.setdefault(tuple(repr(v) for v in point.variant), []).append(point)
@@ -117,10 +119,14 @@ def validate(path: str | Path, settings: Sequence[str] = (), out: TextIO | None 
     for i, (_, points) in enumerate(variants.items(), 1):
         head = variant_text(points[0]) or "the scenario (no sweep)"
         print(f"\nvariant {i}/{len(variants)}: {head}", file=out)
-        for line in plan_lines(points[0]):
+        verdicts = [_verdict(p, machine) for p in points]
+        first = verdicts[0] if isinstance(verdicts[0], PointPlan) else None
+        for line in plan_lines(points[0], first.topo if first is not None else None):
             print(f"  {line}", file=out)
-        print(_load_line(points[0], caps), file=out)
-        reasons = dict.fromkeys(r for r in (_verdict(p, caps) for p in points) if r is not None)
+        for line in port_lines(first) if first is not None else []:
+            print(f"  {line}", file=out)
+        print(_load_line(points[0], machine, first), file=out)
+        reasons = dict.fromkeys(r for r in verdicts if isinstance(r, str))
         for reason in reasons:
             print(f"  REFUSED: {reason}", file=out)
         refusals += list(reasons)

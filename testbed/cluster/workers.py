@@ -9,7 +9,8 @@ from typing import Any
 
 from testbed.errors import TestbedError
 from testbed.host.capabilities import Capabilities
-from testbed.run import preflight
+from testbed.host.machine import Machine
+from testbed.plan.point import plan_point
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario
 from traffic.workload import make_generator
@@ -53,7 +54,7 @@ def refusal(point: Scenario, capabilities: Mapping[str, Any]) -> str | None:
     own preflight's to judge, with its calibration."""
     caps = Capabilities.from_dict(capabilities)
     try:
-        preflight(point, caps, budget=False)
+        plan_point(point, Machine(caps), budget=False)
         for i, job in enumerate(point.workload):
             make_generator(job, i).check(caps)
     except (SpecError, TestbedError) as exc:

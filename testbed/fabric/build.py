@@ -21,8 +21,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from testbed.fabric import classstats, pathbytes, tc
-from testbed.fabric.checks import check_spec
+from testbed.fabric.checks import plan_fabric
 from testbed.fabric.flowlet import FlowletSet
+from testbed.fabric.portplan import FabricPlan
 from testbed.fabric.probe import probe
 from testbed.fabric.routing import (
     downlinks,
@@ -38,9 +39,7 @@ from testbed.host.mininet_compat import import_mininet
 from testbed.host.ownership import RunLock, RunState, delete_netns
 from testbed.host.procs import ProcessGroup, run_checked
 from testbed.host.sysctls import set_in_netns
-from testbed.spec.classes import htb_plan
 from testbed.spec.fabric import FabricSpec
-from testbed.spec.link import ETH_HEADER
 from testbed.spec.placement import EPHEMERAL
 from testbed.spec.topology import HostInfo, Port
 
@@ -64,6 +63,10 @@ class Fabric:
 
     with Fabric(spec) as fab:
         fab.hosts["l1h1"].netns
+
+    ``plan``: the fabric's decisions, made before (``testbed.fabric.checks.plan_fabric``; a run's comes from its
+    point's plan); without one the fabric plans itself. The fabric applies the plan: it neither chooses a port's
+    marking nor draws the topology again.
     """
 
     def __init__(
@@ -73,17 +76,19 @@ class Fabric:
         lock_wait: float = 0.0,
         extra_cc: frozenset[str] = frozenset(),
         path_bytes: bool = True,
+        plan: FabricPlan | None = None,
     ):
         self.spec = spec
         self.extra_cc = extra_cc  # congestion controls that jobs set per socket, beyond the hosts' default
         self.caps = caps if caps is not None else probe()
-        self.topo = check_spec(spec, self.caps)
+        self.plan = plan if plan is not None else plan_fabric(spec, self.caps)
+        self.topo = self.plan.topo
         self.lock_wait = lock_wait
         self.state: RunState | None = None
         self.prefix = ""
         self.hosts: dict[str, HostInfo] = {}
         self.procs = ProcessGroup(state_cb=self._record_pid)
-        self.marking: dict[str, Any] = {}
+        self.marking: dict[str, Any] = self.plan.marking()  # the manifest's marking (with the cc once prepared)
         self.spray: dict[str, int] = {}  # node -> the ways it sprays over (ecmp.mode: spray)
         self.path_bytes = path_bytes  # count each flow's bytes in the top-tier routers (testbed.fabric.pathbytes)
         self.path_nodes: list[str] = []  # the routers that count them
@@ -92,7 +97,6 @@ class Fabric:
         self._lock: RunLock | None = None
         self._net: Any = None  # the Mininet network (Mininet is untyped)
         self._markers: MarkerSet | None = None
-        self._marker_classes: dict[str, list[tuple[Any, int]]] = {}  # port -> classes the eBPF marker marks
         self._flowlets: FlowletSet | None = None
         self._closers: list[Callable[[], None]] = []  # run-time helpers to close first (on_teardown)
         self._cc: CongestionControl | None = None
@@ -185,7 +189,6 @@ class Fabric:
     def _configure(self) -> None:
         spec = self.spec
         ports_by_node = self._ports = self._ports_by_node()
-        leaf = self._leaf_builder()
         rsys = router_sysctls(spec.ecmp, bool(self.caps.ecmp_hash_seed))
         self._prepare_transport()
         for name, node in self.topo.nodes.items():
@@ -208,7 +211,7 @@ class Fabric:
                 run_checked(
                     ["ip", "netns", "exec", ns, "ethtool", "-K", p.dev, "gro", "off", "tso", "off", "gso", "off"]
                 )
-            tc_lines = [line for p in ports for line in tc.port_tc_lines(p, leaf)]
+            tc_lines = [line for p in ports for line in tc.port_tc_lines(p, self._leaf_builder(p))]
             if tc_lines:
                 run_checked(["tc", "-n", ns, "-batch", "-"], input="\n".join(tc_lines) + "\n")
             lossy = [p for p in ports if p.link.loss > 0]
@@ -296,43 +299,27 @@ class Fabric:
             run_checked(["tc", "-n", ns, "-batch", "-"], input="\n".join(tc.delay_tc_lines(p, ifb)) + "\n")
 
     # --- ECN marking and congestion control (testbed.ecn) -------------------------------------------------------
-    def _leaf_builder(self) -> Callable[[Any], list[str]]:
-        marked = [p for p in self.topo.ports() if p.link.marking.mode != "off" and not p.link.classes]
-        classed = {p.name: self._bpf_classes(p) for p in self.topo.ports() if p.link.classes}
-        classed = {name: cs for name, cs in classed.items() if cs is not None}
-        self._marker_classes = {name: cs for name, cs in classed.items() if cs}
-        if not marked and not classed:
+    def _leaf_builder(self, port: Port) -> Callable[[Any], list[str]]:
+        """The port's leaf qdisc (or each class's: ``link`` is then the class's queue), as its plan says: kernel
+        RED where the kernel marks, else drop-tail (under the eBPF marker too)."""
+        plan = self.plan.port(port.name)
+        if plan.marking == "off":
             return tc.droptail_leaf
         from testbed import ecn
 
-        impls = {p.name: ecn.choose_impl(p.link.marking, self.caps) for p in marked}
-        impls.update({name: "bpf" if cs else "kernel" for name, cs in classed.items()})  # kernel: RED leaves
-        self.marking = {"ports": impls, "impls": sorted(set(impls.values()))}
+        by_class = [(port.link.class_link(c), plan.class_impl(c.name)) for c in port.link.classes]
 
         def leaf(link: Any) -> list[str]:
-            if link.marking.mode != "off" and ecn.choose_impl(link.marking, self.caps) == "kernel":
+            impl = next((i for lk, i in by_class if lk == link), "off") if by_class else plan.marking
+            if link.marking.mode != "off" and impl == "kernel":
                 return list(ecn.leaf_qdisc_args(link.marking, link, "kernel"))
             return tc.droptail_leaf(link)
 
         return leaf
 
-    def _bpf_classes(self, port: Port) -> list[tuple[Any, int]] | None:
-        """The port's classes that the eBPF marker marks, with their HTB minors; None when no class marks."""
-        from testbed import ecn
-
-        plan = htb_plan(port.link.classes, port.link.mtu + ETH_HEADER)
-        out, marks = [], False
-        for c, h in zip(port.link.classes, plan, strict=True):
-            m = port.link.class_marking(c)
-            if m.mode == "off":
-                continue
-            marks = True
-            if ecn.class_impl(m, self.caps, c.lossless is not None) == "bpf":
-                out.append((c, h.minor))
-        return out if marks else None
-
     def _attach_markers(self) -> None:
-        bpf_ports = [p for p in self.topo.ports() if self.marking.get("ports", {}).get(p.name) == "bpf"]
+        plans = {p.name: p for p in self.plan.ports}
+        bpf_ports = [p for p in self.topo.ports() if plans[p.name].marking == "bpf"]
         if not bpf_ports:
             return
         from testbed import ecn
@@ -342,7 +329,7 @@ class Fabric:
         markers = self._markers = ecn.MarkerSet(self.prefix, DEFAULT_OUT)
         self.state.add("bpf_pins", str(markers.root))
         for p in bpf_ports:
-            markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link, self._marker_classes.get(p.name, ()))
+            markers.attach(self.netns(p.node), p.dev, p.link.marking, p.link, plans[p.name].marker_classes)
 
     def _prepare_transport(self) -> None:
         """Make the hosts' congestion control usable (kernel module, or BPF struct_ops DCTCP), recorded for clean."""

@@ -50,11 +50,16 @@ def under_tcg(env: Mapping[str, str] | None = None) -> bool:
     return e.get("TESTBED_GUEST") == "1" and e.get("TESTBED_GUEST_ACCEL") == "tcg"
 
 
-def check_fabric(spec: FabricSpec, env: Mapping[str, str] | None = None) -> None:
-    """Refuse links faster than the TCG guest emulates faithfully (no-op natively and under KVM)."""
+def check_fabric(spec: FabricSpec, env: Mapping[str, str] | None = None, topo: Topology | None = None) -> None:
+    """Refuse links faster than the TCG guest emulates faithfully (no-op natively and under KVM); ``topo``: the
+    spec's, drawn already."""
     if not under_tcg(env):
         return
-    fast = [p for p in Topology(spec).ports() if p.link.rate_bps > max_rate_bps(p.link.mtu) * 1.01]
+    fast = [
+        p
+        for p in (Topology(spec) if topo is None else topo).ports()
+        if p.link.rate_bps > max_rate_bps(p.link.mtu) * 1.01
+    ]
     if fast:
         p = max(fast, key=lambda p: p.link.rate_bps / max_rate_bps(p.link.mtu))
         cap = max_rate_bps(p.link.mtu)

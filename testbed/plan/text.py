@@ -2,15 +2,16 @@
 
 The fabric (topology, hosts, spines, oversubscription), each port tier's rate, buffer and marking (host links,
 fabric links, and every group of ports an override changes, read from the address plan's ports so that what is
-printed is what would be built), routing and transport, and the jobs (kind, ranks or hosts, sizes). Pure: reads
-the spec, builds nothing.
+printed is what would be built), routing and transport, and the jobs (kind, ranks or hosts, sizes); then, from the
+point's plan (``testbed.plan.point.PointPlan``), what each group of ports gets: its leaf qdisc, who marks it, its
+part in PFC and the load balancing over it. Pure: reads the spec and the plan, builds nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.plan.flows import resolve_ranks
 from testbed.spec import fields as f
@@ -20,6 +21,9 @@ from testbed.spec.scaling import describe as describe_scale
 from testbed.spec.scenario import Scenario
 from testbed.spec.topology import Port, Topology
 from testbed.spec.units import format_bytes, format_rate
+
+if TYPE_CHECKING:
+    from testbed.plan.point import PointPlan
 
 HOST_LAYERS = frozenset({"host"})
 
@@ -138,9 +142,10 @@ def _hosts(hosts: Any) -> str:
     return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
 
 
-def plan_lines(point: Scenario) -> list[str]:
-    """The point's plan: fabric, port tiers, routing, transport, jobs, duration and telemetry."""
-    topo = Topology(point.fabric)
+def plan_lines(point: Scenario, topo: Topology | None = None) -> list[str]:
+    """The point's plan: fabric, port tiers, routing, transport, jobs, duration and telemetry (``topo``: the
+    point's, drawn already)."""
+    topo = Topology(point.fabric) if topo is None else topo
     lines = fabric_lines(point, topo)
     given = point.raw.get("workload") or []
     jobs = [job_line(job, given[i] if i < len(given) else {}, topo) for i, job in enumerate(point.workload)]
@@ -150,4 +155,23 @@ def plan_lines(point: Scenario) -> list[str]:
         f"  run for at most {_seconds(point.duration_s)}; queues sampled at {tele.queue_hz:g} Hz, links at "
         f"{tele.link_hz:g} Hz" + (", kernel queue telemetry" if tele.bpf_queues else "")
     )
+    return lines
+
+
+def port_lines(plan: PointPlan) -> list[str]:
+    """What each group of ports gets, as the plan decided: per tier, the ports that share a leaf qdisc, a marking,
+    a PFC role and a load balancing (with the classes the eBPF marker marks, if any)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for p in plan.ports:
+        marker = ",".join(c.name for c, _ in p.marker_classes)
+        key = (p.tier, p.leaf, p.marking, marker, p.pfc, p.lb)
+        groups.setdefault(key, []).append(p.name)
+    lines = ["ports as planned (leaf qdisc, ECN marking, PFC role, load balancing):"]
+    for (tier, leaf, marking, marker, pfc, lb), names in groups.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        classes = f" (marker on classes {marker})" if marker else ""
+        lines.append(
+            f"  {tier} tier, {len(names)} port{'s' * (len(names) > 1)} ({shown}): leaf {leaf}, marking {marking}"
+            f"{classes}, PFC {pfc}, LB {lb}"
+        )
     return lines

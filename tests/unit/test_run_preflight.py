@@ -10,6 +10,7 @@ import pytest
 
 from testbed import run as run_mod
 from testbed.host.capabilities import NEEDS, Capabilities
+from testbed.host.machine import Machine
 from testbed.plan import budget as pf_budget
 from testbed.plan.budget import BudgetError
 from testbed.spec.fields import SpecError
@@ -28,7 +29,7 @@ def _no_run(monkeypatch: pytest.MonkeyPatch, caps: dict[str, Any]) -> None:
         raise AssertionError("a refused file reached run_point")
 
     monkeypatch.setattr(run_mod, "run_point", run_point)
-    monkeypatch.setattr(run_mod, "probe", lambda: Capabilities.from_dict(caps))
+    monkeypatch.setattr(run_mod, "here", lambda: Machine(Capabilities.from_dict(caps)))
 
 
 def test_delay_without_netem_is_refused_as_bad_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -45,7 +46,7 @@ def test_a_budget_refusal_is_bad_input_too(monkeypatch: pytest.MonkeyPatch, tmp_
     caps: dict[str, Any] = {n.key: True for n in NEEDS}
     _no_run(monkeypatch, caps)
 
-    def over_budget(point: Any, caps: Any) -> None:
+    def over_budget(point: Any, caps: Any, **kw: Any) -> None:
         raise BudgetError("needs 1.9 cores of 2 at a 75% budget")
 
     monkeypatch.setattr(pf_budget, "require_budget", over_budget)

@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 
 from testbed import run as run_mod
+from testbed.fabric.pfc import PfcPlan
+from testbed.fabric.portplan import FabricPlan
 from testbed.host.capabilities import Capabilities
-from testbed.plan import point as preflight_point
+from testbed.host.machine import Machine
+from testbed.plan import point as point_mod
 from testbed.spec.scenario import expand
 from testbed.spec.topology import Topology
 
@@ -24,15 +27,16 @@ SCENARIO = {
 def fake_run(monkeypatch: pytest.MonkeyPatch, verdicts: list[bool | None]) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
 
-    def run_point(point: Any, out: Path, caps: Any, lock_wait: float = 0.0, retake_of: Any = None) -> Any:
+    def run_point(plan: Any, out: Path, lock_wait: float = 0.0, retake_of: Any = None) -> Any:
         n = len(calls)
-        calls.append({"variant": dict(point.variant), "retake_of": retake_of})
+        calls.append({"variant": dict(plan.scenario.variant), "retake_of": retake_of})
         status = "complete" if verdicts[n] is not None else "failed"
         return run_mod.RunResult(out / f"run{n}", status, verdicts[n])
 
     monkeypatch.setattr(run_mod, "run_point", run_point)
-    monkeypatch.setattr(run_mod, "probe", lambda: Capabilities())
-    monkeypatch.setattr(preflight_point, "check_spec", lambda spec, caps: Topology(spec))  # checks pass, its topology
+    monkeypatch.setattr(run_mod, "here", lambda: Machine(Capabilities()))
+    # the checks pass: the plan of the fabric as it is, no port marked
+    monkeypatch.setattr(point_mod, "plan_fabric", lambda spec, caps: FabricPlan(Topology(spec), (), PfcPlan((), ())))
     return calls
 
 

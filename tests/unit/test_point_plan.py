@@ -1,0 +1,165 @@
+"""A sweep point's plan (testbed.plan.point.plan_point), without root: the topology drawn once per point, every
+port's marking decided as the records say it was, and a refusal as one SpecError."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.host.capabilities import NEEDS, Capabilities
+from testbed.host.machine import Machine
+from testbed.host.trials import QDISC_TRIALS
+from testbed.plan.point import plan_point
+from testbed.spec.fields import SpecError
+from testbed.spec.scenario import expand, load_scenario_file
+from testbed.spec.topology import Topology
+
+REPO = Path(__file__).resolve().parents[2]
+ARCHIVE = REPO / "tests" / "data" / "records.tar.xz"
+SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
+
+
+def caps(**ecn: Any) -> Capabilities:
+    """Every capability present; ``ecn`` overrides the marking's (sch_red and the eBPF marker both by default)."""
+    d: dict[str, Any] = {n.key: True for n in NEEDS}
+    d["netns"] = True
+    d["ecn"] = {"sch_red": True, "bpf_marker": True, "marking_auto": "kernel", "dctcp": "kernel", **ecn}
+    return dataclasses.replace(Capabilities.from_dict(d), qdiscs={q: True for q in (*QDISC_TRIALS, "tbf")})
+
+
+@pytest.fixture
+def topologies(monkeypatch: pytest.MonkeyPatch) -> list[Topology]:
+    """Every Topology constructed while the test runs (the class itself is wrapped: every import sees it)."""
+    made: list[Topology] = []
+    init = Topology.__init__
+
+    def counted(self: Topology, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Topology, "__init__", counted)
+    return made
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("fixtures")
+    safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Debian 12's 3.11.2 has no filters
+    with tarfile.open(ARCHIVE) as tar:
+        tar.extractall(root, **safe)  # type: ignore[arg-type]
+    return sorted((root / "records").iterdir())
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_every_scenario_point_draws_its_topology_once(path: Path, topologies: list[Topology]) -> None:
+    for point in load_scenario_file(path).points:
+        topologies.clear()
+        try:
+            plan = plan_point(point, Machine(caps()), budget=False)
+        except SpecError:  # refused here (e.g. the memory its nodes need): drawn once all the same
+            assert len(topologies) == 1
+            continue
+        assert len(topologies) == 1 and plan.topo is topologies[0]
+        assert [p.name for p in plan.ports] == [p.name for p in plan.topo.ports()]
+
+
+def test_the_fixture_records_points_plan_their_recorded_marking(
+    records: list[Path], topologies: list[Topology]
+) -> None:
+    """Each stored record's point, planned on the capabilities it recorded: one topology, and the marking and the
+    placement the record holds."""
+    assert len(records) == 15
+    for rec in records:
+        m = json.loads((rec / "manifest.json").read_text())
+        (point,) = expand(m["scenario_file"]).points
+        machine = Machine(Capabilities.from_dict(m["capabilities"]))
+        topologies.clear()
+        plan = plan_point(point, machine, budget=False)
+        assert len(topologies) == 1, rec.name
+        assert plan.fabric.marking() == {k: v for k, v in m["marking"].items() if k != "cc"}, rec.name
+        assert plan.placement == m.get("placement", plan.placement), rec.name  # older records have none
+
+
+SMALL_ECN = {
+    "name": "small-ecn",
+    "fabric": {
+        "spines": 1,
+        "leaves": 2,
+        "hosts_per_leaf": 1,
+        "host_link": {"rate": "10Mbit", "buffer": "100KB", "ecn": {"mode": "step", "k": "30KB"}},
+        "fabric_link": {"rate": "20Mbit", "buffer": "100KB", "ecn": "off"},
+    },
+    "workload": [{"kind": "iperf", "name": "a", "src": "l1h1", "dst": "l2h1", "duration": 1}],
+    "duration": "5s",
+}
+HOST_PORTS = ["l1->l1h1", "l1h1->l1", "l2->l2h1", "l2h1->l2"]
+
+
+def _plan(data: dict[str, Any], c: Capabilities) -> Any:
+    (point,) = expand(data).points
+    return plan_point(point, Machine(c), budget=False)
+
+
+def test_ecn_ports_marked_by_the_kernel_where_it_has_red_else_by_the_marker() -> None:
+    plan = _plan(SMALL_ECN, caps())
+    by = {p.name: p for p in plan.ports}
+    assert sorted(n for n, p in by.items() if p.marked) == sorted(HOST_PORTS)
+    assert {by[n].leaf for n in HOST_PORTS} == {"red"} and {by[n].tier for n in HOST_PORTS} == {"host"}
+    fabric = [p for n, p in by.items() if n not in HOST_PORTS]
+    assert len(fabric) == 4 and all(p.marking == "off" and p.leaf == "bfifo" and p.tier == "fabric" for p in fabric)
+    assert plan.fabric.marking() == {"ports": dict.fromkeys(HOST_PORTS, "kernel"), "impls": ["kernel"]}
+    assert all(p.sampler_leaf == "10:" and p.pfc == "none" for p in plan.ports)
+    # one spine: no port has an equal-cost sibling
+    assert {p.lb for p in plan.ports} == {"single path"}
+
+    no_red = _plan(SMALL_ECN, caps(sch_red=False, marking_auto="bpf"))
+    assert no_red.fabric.marking() == {"ports": dict.fromkeys(HOST_PORTS, "bpf"), "impls": ["bpf"]}
+    assert {no_red.fabric.port(n).leaf for n in HOST_PORTS} == {"bfifo"}  # the marker reads a drop-tail queue
+
+
+def test_a_lossless_class_is_marked_by_the_marker_and_its_ports_take_pfc_roles() -> None:
+    data = json.loads(json.dumps(SMALL_ECN))
+    data["fabric"]["spines"] = 2
+    data["fabric"]["fabric_link"] = {"rate": "20Mbit"}  # the host link's buffer and classes
+    data["fabric"]["host_link"] = {
+        "rate": "10Mbit",
+        "buffer": "300KB",
+        "mtu": 9000,
+        "classes": [
+            {"name": "rdma", "dscp": [26], "weight": 1, "lossless": {"xoff": "90KB", "xon": "60KB"},
+             "ecn": {"mode": "step", "k": "30KB"}},
+            {"name": "be", "dscp": [0], "weight": 1},
+        ],
+    }  # fmt: skip
+    plan = _plan(data, caps())
+    down = plan.fabric.port("l1->l1h1")  # the leaf's queue towards its host: the router's lossless queue
+    assert down.leaf == "htb classes" and down.sampler_leaf == "1:" and down.marking == "bpf"
+    assert down.class_marking == (("rdma", "bpf"), ("be", "off"))
+    assert [c.name for c, _ in down.marker_classes] == ["rdma"] and "watched" in down.pfc
+    assert plan.fabric.port("l1h1->l1").pfc == "paused"  # the host pauses for its leaf's queues
+    assert plan.fabric.port("l1->s1").lb == "static" and plan.fabric.port("l1->l1h1").lb == "single path"
+    assert plan.fabric.pfc.queues
+
+
+def test_a_marking_this_machine_cannot_do_is_refused_as_one_spec_error() -> None:
+    data = json.loads(json.dumps(SMALL_ECN))
+    data["fabric"]["host_link"]["ecn"]["impl"] = "kernel"
+    with pytest.raises(SpecError, match=r"ecn impl 'kernel' needs sch_red"):
+        _plan(data, caps(sch_red=False, sch_red_reason="no sch_red"))
+
+
+def test_the_guest_fit_comes_from_the_machine_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESTBED_GUEST", "1")
+    monkeypatch.setenv("TESTBED_GUEST_ACCEL", "tcg")
+    data = json.loads(json.dumps(SMALL_ECN))
+    data["telemetry"] = {"queue_hz": 100, "link_hz": 100}
+    assert _plan(data, caps()).guest_fit is None  # this process's environment is not read
+    (point,) = expand(data).points
+    tcg = Machine(caps(), guest={"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "tcg"})
+    plan = plan_point(point, tcg, budget=False)
+    assert plan.guest_fit is not None and plan.telemetry.queue_hz < 100
