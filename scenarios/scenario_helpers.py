@@ -97,29 +97,18 @@ def backlog_percentiles(
     path: Any, queue: str, pcts: list[float], window: tuple[float, float] | None = None
 ) -> list[float]:
     """Time-weighted percentiles of one egress queue's backlog (bytes) over ``window`` (default: the traffic window)
-    of the run at ``path``.
-
-    queues.csv has a row when a counter changed (and a keyframe at least every 0.1 s): the backlog holds its value
-    until the next row, so each row weighs the time to the next one.
-    """
+    of the run at ``path``: results.timeweighted's quantiles (a row holds its value until the port's next row)."""
     from results.metrics import load_window
     from results.record import load_run
+    from results.timeweighted import Held
 
     run = load_run(path)
     win = window or load_window(run)
     rows = port_rows(run.table("queues"), queue)
-    t = np.array([r["t"] for r in rows], float)
-    b = np.array([r["backlog_bytes"] or 0 for r in rows], float)
-    if win is not None:
-        keep = (t >= win[0]) & (t <= win[1])
-        t, b = t[keep], b[keep]
-    if t.size < 2:
-        raise ValueError(f"{queue}: fewer than 2 queue samples in the window {win}")
-    w = np.diff(t)
-    b = b[:-1]
-    order = np.argsort(b, kind="stable")
-    cum = np.cumsum(w[order]) / w.sum()
-    return [float(b[order][min(int(np.searchsorted(cum, p / 100.0)), b.size - 1)]) for p in pcts]
+    held = Held.of([float(r["t"]) for r in rows], [float(r["backlog_bytes"] or 0) for r in rows], window=win)
+    if held.total_s <= 0:
+        raise ValueError(f"{queue}: no queue sample holds any time in the window {win}")
+    return held.quantiles([p / 100.0 for p in pcts])
 
 
 def max_min_fair(paths: dict[str, list[str]], capacity: dict[tuple[str, str], float]) -> dict[str, float]:
