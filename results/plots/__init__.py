@@ -72,12 +72,15 @@ def _fcts(row: Row) -> np.ndarray:
 
 
 def _rtts(row: Row) -> np.ndarray:
+    """Every probe sent inside the traffic window, as the summary's rtt figures count them: one never answered is
+    an infinite round trip (+inf), so the CDF ends below 1 by the share lost."""
+
     def pick(run: Run) -> np.ndarray:
         w = load_window(run)
         tab = run.table("rtt")
         t, v = numbers(tab, "t_send"), numbers(tab, "rtt_s")
-        inside = v.notna() if w is None else v.notna() & (t >= w[0]) & (t <= w[1])
-        return v[inside].to_numpy()
+        inside = t.notna() if w is None else (t >= w[0]) & (t <= w[1])
+        return v[inside].fillna(np.inf).to_numpy()
 
     return _each_run(row, pick)
 
@@ -90,10 +93,15 @@ def _cdf(
     if not series:
         raise NoData(f"no run recorded {what}")
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    lost = 0
     for row, d in series:
-        x, y = ecdf(d * scale)
+        finite = d[np.isfinite(d)]  # +inf: a sample that never ended (a probe never answered)
+        lost += d.size - finite.size
+        x, y = ecdf(finite * scale)
+        y = y * finite.size / d.size
         st = reg.style(row.label)
-        ax.step(x, y, where="post", **st.line())
+        label = row.label if finite.size == d.size else f"{row.label} ({d.size - finite.size} of {d.size} lost)"
+        ax.step(x, y, where="post", **{**st.line(), "label": label})
         ax.plot(
             x[-1:],
             y[-1:],
@@ -107,7 +115,9 @@ def _cdf(
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(f"CDF of {what} per variant ({sum(d.size for _, d in series)} samples)")
+    n = sum(d.size for _, d in series)
+    ends = f"; {lost} never answered: a curve ends below 1 by its share lost" if lost else ""
+    ax.set_title(f"CDF of {what} per variant ({n} samples{ends})", fontsize=10)
     return fig
 
 
