@@ -211,6 +211,15 @@ def _number(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _class_p99_why(cls: str, entry: dict[str, Any]) -> str:
+    """Why a traffic class's FCT p99 cell is empty: the summary's own reason (too few flows for a p99), or none
+    finished in the class."""
+    why = (entry.get("not_applicable") or {}).get("p99_s")
+    if why:
+        return f"class {cls}: {why}"
+    return f"no finished flow in class {cls}" if not entry.get("n") else f"class {cls}: p99 not in this record"
+
+
 def _cell(key: str, summaries: list[dict[str, Any]]) -> Cell:
     """The mean over the runs that computed ``key``; n/a with the runs' reasons (a refused quantile's among them:
     "p99 needs >= 100 samples, have 8") when none did, the count and reasons of those that did not otherwise."""
@@ -284,8 +293,9 @@ def compare(runs: Sequence[Run], summaries: dict[str, dict[str, Any]] | None = N
         sums = [dict(summaries[r.run_id]) for r in rs]
         for s in sums:  # per-class FCT as flat keys
             for c in tclasses:
-                s[f"fct_p99[{c}]"] = ((s.get("fct_by_traffic_class") or {}).get(c) or {}).get("p99_s")
-                s.setdefault("not_applicable", {})[f"fct_p99[{c}]"] = f"no finished flow in class {c}"
+                entry = (s.get("fct_by_traffic_class") or {}).get(c) or {}
+                s[f"fct_p99[{c}]"] = entry.get("p99_s")
+                s.setdefault("not_applicable", {})[f"fct_p99[{c}]"] = _class_p99_why(c, entry)
         for s in sums:  # per-job goodput as flat keys
             for j in jobs:
                 per = s.get("goodput_per_job_bps") or {}
