@@ -9,6 +9,7 @@ at most 2% of samples; a line says which point misses them (docs/bench.md, figur
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,12 @@ def measure(out: Path) -> list[dict[str, Any]]:
     """Run every native shipped scenario once into ``out``; return the records' manifests."""
     import json
 
+    from testbed.machine import here
     from testbed.run import run_file
     from testbed.spec.scenario import load_scenario_file
 
     manifests = []
     for path in native_scenarios():
-        for res in run_file(load_scenario_file(path), out / path.stem, lock_wait=600.0):
+        for res in run_file(load_scenario_file(path), out / path.stem, lock_wait=600.0, machine=here(os.environ)):
             manifests.append(json.loads((res.path / "manifest.json").read_text()))
     return manifests

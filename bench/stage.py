@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("runs/bench-stage"))
     args = ap.parse_args(argv)
+    from testbed.machine import here
     from testbed.run import run_file
     from testbed.telemetry import control
 
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         mode = ("direct", "staged")[i % 2]
         control.Stage.for_out = for_out if mode == "staged" else (lambda *_a, **_k: None)  # type: ignore[method-assign]
         try:
-            (res,) = run_file(sf, args.out / f"{i:02d}-{mode}")
+            (res,) = run_file(sf, args.out / f"{i:02d}-{mode}", machine=here(os.environ))
         finally:
             control.Stage.for_out = for_out  # type: ignore[method-assign]
         fig = _figures(res.path)

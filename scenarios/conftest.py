@@ -226,6 +226,7 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
     """``experiment("ecn", **{"fabric.host_link.rate": "50Mbit"})`` runs scenarios/ecn.yaml (with overrides)."""
     from results.cli import defer_report, report_main
     from results.record import load_run
+    from testbed.machine import here
     from testbed.plan.guestfit import under_tcg
     from testbed.run import run_file
     from testbed.spec.scenario import expand
@@ -239,11 +240,11 @@ def experiment(request: pytest.FixtureRequest) -> Iterator[Callable[..., Experim
             _set(scenario, key, value)
         out = RUNS / SESSION / request.node.name
         sf = expand(scenario)
-        results = run_file(sf, out, lock_wait=1800, retake_unfaithful=RETAKES)
+        results = run_file(sf, out, lock_wait=1800, retake_unfaithful=RETAKES, machine=here(os.environ))
         label = name + (f"[{_variant_text(overrides.items())}]" if overrides else "")
         tally_retakes(request.config, label, sf.points, results)  # first: the report or a failed point may raise
         report = out / "report"
-        if under_tcg():  # the software-emulated guest: 46-72 s per report there, ~3 s on the host afterwards
+        if under_tcg(os.environ):  # the software-emulated guest: 46-72 s per report there, ~3 s on the host afterwards
             print(f"\nreport deferred to the host: {defer_report([r.path for r in results], report)}")
         else:
             report_main([*(str(r.path) for r in results), "-o", str(report)])

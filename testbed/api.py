@@ -18,6 +18,7 @@ scenario run, so that ``import testbed.api`` works wherever the record readers d
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,7 @@ def make_fabric(scenario: Scenario | str | Path | dict[str, Any], lock_wait: flo
     from testbed.run import job_ccs
 
     point = _scenario(scenario)
-    machine = here()
+    machine = here(os.environ)
     plan = plan_point(point, machine)
     return Fabric(
         point.fabric,
@@ -99,7 +100,7 @@ def run_jobs(
         if unknown:
             raise SpecError("workload", f"no job {', '.join(unknown)} in {point.name}: jobs are {', '.join(named)}")
         point = dataclasses.replace(point, workload=tuple(named[j] for j in jobs))
-    result = run_on_built(fab, point, Path(out), with_caps(fab.caps))
+    result = run_on_built(fab, point, Path(out), with_caps(fab.caps, os.environ))
     if result.status != "complete":
         raise RunFailedError(result.path, result.error)
     return load_run(result.path)
@@ -111,10 +112,13 @@ def run_sweep(
     """Run every point of a scenario's sweep, each on a fabric of its own, as ``testbed run`` does (every point is
     checked before the first is built), and return ``load_sweep`` of the records written. A failed point keeps its
     row, with its ``status``. Root; a stock-kernel scenario runs in a guest, which only ``testbed run`` starts."""
+    from testbed.machine import here
     from testbed.run import run_file
 
     sf = expand(scenario) if isinstance(scenario, dict) else load_scenario_file(scenario)
     if sf.base.kernel != "native":
         raise SpecError("kernel", f"{sf.base.kernel}: a guest kernel's scenario runs with `testbed run`, not here")
-    results = run_file(sf, Path(out), lock_wait=lock_wait, retake_unfaithful=retake_unfaithful)
+    results = run_file(
+        sf, Path(out), lock_wait=lock_wait, retake_unfaithful=retake_unfaithful, machine=here(os.environ)
+    )
     return load_sweep([r.path for r in results])

@@ -57,7 +57,7 @@ def _mn_cli(args: argparse.Namespace) -> int:
     from testbed.spec.settings import parse_settings
 
     scenario = load_scenario(args.scenario, parse_settings(args.set))
-    plan = plan_point(scenario, here())  # one line and exit 2 before anything is built
+    plan = plan_point(scenario, here(os.environ))  # one line and exit 2 before anything is built
     open_cli(scenario, Path(args.out), plan.machine, plan=plan.fabric)
     return 0
 
@@ -87,8 +87,8 @@ def _run(args: argparse.Namespace) -> int:
     if opts.cluster:
         from testbed.cluster.client import run_on_cluster
 
-        return run_main(opts, run_on_cluster)
-    return run_main(opts)
+        return run_main(opts, run_on_cluster, env=os.environ)
+    return run_main(opts, env=os.environ)  # the command's environment, read here once
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -1,13 +1,15 @@
 """What this machine can do, as a run records it and doctor prints it: the capability probe
 (``testbed.fabric.probe``) plus the CPU cost calibration's status (``testbed.calibrate.cache``).
 
-The calibration sits above the fabric it measures, so the probe cannot read it; this module joins the two.
+The calibration sits above the fabric it measures, so the probe cannot read it; this module joins the two. It also
+makes the machine a point is planned for (``here``: a ``testbed.host.machine.Machine``): the entries (the CLI, the
+API, the test harness, the benches) read their environment once, pass it to ``here`` and hand the value down, so
+that nothing below them reads the environment.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 
 from testbed.calibrate import cache
@@ -22,20 +24,20 @@ def probe() -> Capabilities:
     return dataclasses.replace(fabric_probe.probe(), calibration=cache.status())
 
 
-def here(env: Mapping[str, str] | None = None) -> Machine:
-    """This machine: the probe (with the calibration's status) and the context the environment gives (``env``,
-    else this process's)."""
-    return Machine.from_env(probe(), os.environ if env is None else env)
+def here(env: Mapping[str, str]) -> Machine:
+    """This machine: the probe (with the calibration's status) and the context ``env`` (the entry's environment)
+    gives."""
+    return Machine.from_env(probe(), env)
 
 
-def with_caps(caps: Capabilities, env: Mapping[str, str] | None = None) -> Machine:
-    """The machine with these capabilities (assumed, or probed already) in the context the environment gives."""
-    return Machine.from_env(caps, os.environ if env is None else env)
+def with_caps(caps: Capabilities, env: Mapping[str, str]) -> Machine:
+    """The machine with these capabilities (assumed, or probed already) in the context ``env`` gives."""
+    return Machine.from_env(caps, env)
 
 
-def in_guest(env: Mapping[str, str] | None = None) -> bool:
-    """Whether this process runs inside the guest-kernel mode (``testbed vm``), without probing."""
-    return bool((os.environ if env is None else env).get(GUEST_PREFIX))
+def in_guest(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` (the entry's environment) says the guest-kernel mode (``testbed vm``), without probing."""
+    return bool(env.get(GUEST_PREFIX))
 
 
 def doctor_rows(caps: Capabilities) -> list[tuple[str, str, str, str]]:

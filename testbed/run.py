@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -374,16 +374,16 @@ def run_file(
     out: Path,
     lock_wait: float = 0.0,
     retake_unfaithful: int = 0,
-    machine: Machine | None = None,
+    *,
+    machine: Machine,
 ) -> list[RunResult]:
     """Run every point; one result per point.
 
     A point whose run failed a fidelity guardrail (the emulation did not keep up: a stalled guest, a saturated CPU)
     is run again up to ``retake_unfaithful`` times. The unfaithful records stay on disk, the retake's manifest names
     them (``retake_of``) and the result lists them (``retaken``); a point that never ran faithfully stays unfaithful.
-    ``machine``: where it runs (``testbed.machine.here()`` when not given).
+    ``machine``: where it runs (``testbed.machine.here``, built by the entry).
     """
-    machine = here() if machine is None else machine
     plans = [plan_point(point, machine) for point in sf.points]  # refuse what cannot run before the first starts
     progress = Progress(len(sf.points))
     progress.plan([p.duration_s + 5 for p in sf.points])
@@ -420,7 +420,7 @@ class RunOptions:
     settings: tuple[str, ...] = ()  # --set KEY=VALUE, as given (testbed.spec.settings)
 
 
-def _in_guest(args: RunOptions, kernel: str) -> int:
+def _in_guest(args: RunOptions, kernel: str, env: Mapping[str, str]) -> int:
     """Re-run this command inside a pinned stock kernel (testbed vm) and return its exit code."""
 
     argv = [
@@ -436,7 +436,9 @@ def _in_guest(args: RunOptions, kernel: str) -> int:
     argv += ["--retake-unfaithful", str(args.retake_unfaithful)]
     argv += [arg for text in args.settings for arg in ("--set", text)]
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    res = run_in_guest(argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())], lock_wait=args.lock_wait)
+    res = run_in_guest(
+        argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())], lock_wait=args.lock_wait, host_env=env
+    )
     print(f"guest kernel {res.kernel_version} ({res.accel}), booted in {res.boot_s:.1f} s, exit {res.rc}")
     return int(res.rc)
 
@@ -449,19 +451,24 @@ def guest_environment(machine: Machine) -> dict[str, str] | None:
 PointsRunner = Callable[[ScenarioFile, RunOptions], list[RunResult]]
 
 
-def run_main(args: RunOptions, runner: PointsRunner | None = None) -> int:
-    """Run every point (here, or with ``runner``: the cluster client), print where the records are, report."""
+def run_main(args: RunOptions, runner: PointsRunner | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run every point (here, or with ``runner``: the cluster client), print where the records are, report.
+    ``env``: the command's environment, which the CLI read (the guest context, the CPU budget, what a guest run
+    forwards)."""
     sf = load_scenario_file(args.scenario, parse_settings(args.settings))
-    if runner is None and not in_guest():
+    env = {} if env is None else env
+    if runner is None and not in_guest(env):
         if args.kernel:
-            return _in_guest(args, args.kernel)
+            return _in_guest(args, args.kernel, env)
         if sf.base.kernel == "stock":
-            return _in_guest(args, "debian-6.1")
+            return _in_guest(args, "debian-6.1", env)
     out = Path(args.out)
     if runner is not None:
         results = runner(sf, args)
     else:
-        results = run_file(sf, out, lock_wait=args.lock_wait, retake_unfaithful=args.retake_unfaithful)
+        results = run_file(
+            sf, out, lock_wait=args.lock_wait, retake_unfaithful=args.retake_unfaithful, machine=here(env)
+        )
     for r in results:
         for old in r.retaken:
             print(f"{'retaken':9s} {old} (NOT FAITHFUL, superseded)")

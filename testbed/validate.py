@@ -13,6 +13,7 @@ says so, and checks everything else: tools, congestion controls, Mininet, BTF, t
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from testbed.calibrate.cache import describe_status
 from testbed.errors import TestbedError
 from testbed.host.capabilities import Capabilities
 from testbed.host.machine import Machine
-from testbed.host.trials import QDISC_TRIALS
+from testbed.host.probe import QDISC_TRIALS
 from testbed.machine import probe, with_caps
 from testbed.plan import budget as pf_budget
 from testbed.plan.labels import variant_text
@@ -100,7 +101,7 @@ def validate(path: str | Path, settings: Sequence[str] = (), out: TextIO | None 
     out = sys.stdout if out is None else out
     sf = load_scenario_file(path, parse_settings(settings))
     caps, assumed = assume_unprobed(probe())
-    machine = with_caps(caps)
+    machine = with_caps(caps, os.environ)  # `testbed validate`'s own environment
     variants: dict[tuple[object, ...], list[Scenario]] = {}
     for point in sf.points:
         variants.setdefault(tuple(repr(v) for v in point.variant), []).append(point)

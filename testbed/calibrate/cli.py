@@ -63,7 +63,7 @@ def predict_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
     for path in paths:
         sf = load_scenario_file(path)
         for point in sf.points:
-            v = check_budget(point, caps, model)
+            v = check_budget(point, caps, model, env=os.environ)
             e = v.estimate
             out.append(
                 {
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
-        print(f"budget {cpu_budget():.0%} of the machine; model: {current_model().source}")
+        print(f"budget {cpu_budget(os.environ):.0%} of the machine; model: {current_model().source}")
         print(format_predictions(rows))
         return 0
     if args.show:

@@ -71,10 +71,15 @@ def main(argv: list[str]) -> int:
     try:
         die_with_parent(parent)
         task = json.loads((scratch / "point.json").read_text())
+        from testbed.machine import here
         from testbed.run import run_file  # after the signal is armed: importing the run takes a second
 
         results = run_file(
-            point_from_task(task), scratch / "runs", float(task["lock_wait"]), int(task["retake_unfaithful"])
+            point_from_task(task),
+            scratch / "runs",
+            float(task["lock_wait"]),
+            int(task["retake_unfaithful"]),
+            machine=here(os.environ),  # this child's own entry: the worker's machine
         )
         result.write_text(json.dumps({"results": [result_entry(r) for r in results]}))
         return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -45,8 +44,9 @@ class BudgetError(TestbedError, RuntimeError):
 
 
 def cpu_budget(env: Mapping[str, str] | None = None) -> float:
-    """The share of the machine a point may use: ``CPU_BUDGET``, or ``TESTBED_CPU_BUDGET`` (0.75 or 75%)."""
-    raw = (os.environ if env is None else env).get(BUDGET_ENV, "").strip()
+    """The share of the machine a point may use: ``CPU_BUDGET``, or ``TESTBED_CPU_BUDGET`` (0.75 or 75%) of ``env``
+    (the entry's environment: ``testbed.host.machine.Machine.env``; None: not set)."""
+    raw = (env or {}).get(BUDGET_ENV, "").strip()
     if not raw:
         return CPU_BUDGET
     try:

@@ -19,7 +19,6 @@ nothing changes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -46,7 +45,9 @@ class GuestFitError(CapabilityError):
 
 
 def under_tcg(env: Mapping[str, str] | None = None) -> bool:
-    e = os.environ if env is None else env
+    """Whether ``env`` (the guest context the entry read: ``testbed.host.machine.Machine.env``, or a record's
+    manifest ``guest``) is the software-emulated guest; None: no guest."""
+    e = env or {}
     return e.get("TESTBED_GUEST") == "1" and e.get("TESTBED_GUEST_ACCEL") == "tcg"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -89,6 +90,7 @@ def vm_main(argv: list[str]) -> int:
             install=not args.no_install,
             bench_lock=args.bench_lock,
             lock_wait=args.lock_wait,
+            host_env=os.environ,
         )
     except VmError as e:
         print(f"testbed vm: error: {e}", file=sys.stderr)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +37,11 @@ RUNS_DIR = REPO / "runs"
 FORWARDED_ENV = ("TESTBED_SCENARIO_RUNS", "TESTBED_RETAKES", "TESTBED_REVERSED", "TESTBED_CPU_BUDGET")
 
 
-def forwarded_env(env: dict[str, str] | os._Environ[str] | None = None) -> tuple[dict[str, str], list[Path]]:
-    """The ``FORWARDED_ENV`` variables set on the host, and the directories they need shared read-write (the
-    scenario runs' directory, so that records written inside land where the host reads them)."""
-    e = os.environ if env is None else env
+def forwarded_env(env: Mapping[str, str]) -> tuple[dict[str, str], list[Path]]:
+    """The ``FORWARDED_ENV`` variables set on the host (``env``: the entry's environment), and the directories they
+    need shared read-write (the scenario runs' directory, so that records written inside land where the host reads
+    them)."""
+    e = env
     out = {k: e[k] for k in FORWARDED_ENV if e.get(k)}
     dirs = [Path(out["TESTBED_SCENARIO_RUNS"]).resolve()] if "TESTBED_SCENARIO_RUNS" in out else []
     if dirs:
@@ -205,8 +206,12 @@ def run_in_guest(
     cache: Path = DEFAULT_CACHE,
     run_lock: bool = True,
     lock_wait: float = 1800.0,
+    host_env: Mapping[str, str] | None = None,
 ) -> GuestResult:
     """Run ``argv`` in the guest kernel; raises VmError (one-line reason) if the guest itself fails.
+
+    ``host_env``: the host's settings the command inside reads as well (``FORWARDED_ENV``; the entry passes its
+    environment; None: none).
 
     A command that fails is not an error: its exit code comes back in ``rc``. ``bench_lock`` holds
     /run/testbed-bench.lock on the host for the guest's lifetime (TCG uses every core); leave it False when the
@@ -222,7 +227,7 @@ def run_in_guest(
         tools = ensure_guest_tools(install=install)
         image: KernelImage = ensure_kernel(kernel, cache)
         chosen: Accel = choose_accel(tools.qemu, accel)
-        host_env, env_dirs = forwarded_env()
+        forwarded, env_dirs = forwarded_env(host_env or {})
         shared = [RUNS_DIR, *env_dirs, *(Path(d).resolve() for d in rwdirs)]
         for d in shared:
             d.mkdir(parents=True, exist_ok=True)
@@ -238,7 +243,7 @@ def run_in_guest(
                 raise VmError(f"guest not started: {exc}") from None
         for attempt in (chosen, Accel("tcg", f"KVM failed to boot the guest; {chosen.reason}")):
             env = {
-                **host_env,
+                **forwarded,
                 "TESTBED_GUEST": "1",
                 "TESTBED_GUEST_KERNEL": image.version,
                 "TESTBED_GUEST_KERNEL_PACKAGE": f"{image.package} {image.package_version}",

@@ -105,7 +105,7 @@ BUG = textwrap.dedent(
     """
     import sys
     import testbed.run
-    def run_main(opts):
+    def run_main(opts, runner=None, env=None):
         return opts.wait  # a bug: RunOptions has no attribute wait
     testbed.run.run_main = run_main
     from testbed.cli import main
@@ -137,7 +137,7 @@ def test_main_hands_run_main_the_options(command: str, monkeypatch: pytest.Monke
     seen: list[RunOptions] = []
     runners: list[Any] = []
 
-    def run_main(opts: RunOptions, runner: Any = None) -> int:
+    def run_main(opts: RunOptions, runner: Any = None, env: Any = None) -> int:
         seen.append(opts)
         runners.append(runner)
         return 7

@@ -163,3 +163,14 @@ def test_the_guest_fit_comes_from_the_machine_not_the_environment(monkeypatch: p
     tcg = Machine(caps(), guest={"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "tcg"})
     plan = plan_point(point, tcg, budget=False)
     assert plan.guest_fit is not None and plan.telemetry.queue_hz < 100
+
+
+def test_the_machine_keeps_only_the_context_it_was_given() -> None:
+    env = {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "kvm", "TESTBED_CPU_BUDGET": "75%", "HOME": "/root"}
+    m = Machine.from_env(caps(), env)
+    assert m.in_guest and m.guest == {"TESTBED_GUEST": "1", "TESTBED_GUEST_ACCEL": "kvm"} and m.cpu_budget == "75%"
+    assert m.env == {k: v for k, v in env.items() if k != "HOME"}
+    assert not Machine(caps()).in_guest and Machine(caps()).env == {}
+    (point,) = expand(SMALL_ECN).points
+    verdict = plan_point(point, m).budget
+    assert verdict is not None and verdict.budget == pytest.approx(0.75)  # the user's budget, from the machine

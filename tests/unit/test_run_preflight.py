@@ -24,32 +24,32 @@ DELAYED = {
 }
 
 
-def _no_run(monkeypatch: pytest.MonkeyPatch, caps: dict[str, Any]) -> None:
+def _no_run(monkeypatch: pytest.MonkeyPatch, caps: dict[str, Any]) -> Machine:
     def run_point(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a refused file reached run_point")
 
     monkeypatch.setattr(run_mod, "run_point", run_point)
-    monkeypatch.setattr(run_mod, "here", lambda: Machine(Capabilities.from_dict(caps)))
+    return Machine(Capabilities.from_dict(caps))
 
 
 def test_delay_without_netem_is_refused_as_bad_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A CapabilityError here exited 1, where the README promises 2 for what cannot run here."""
     caps: dict[str, Any] = {n.key: True for n in NEEDS}
     caps["qdisc.netem"] = False
-    _no_run(monkeypatch, caps)
+    machine = _no_run(monkeypatch, caps)
     with pytest.raises(SpecError, match=r"^sweep point fabric\.host_link\.rate=10Mbit: link delay needs sch_netem"):
-        run_mod.run_file(expand(DELAYED), tmp_path)
+        run_mod.run_file(expand(DELAYED), tmp_path, machine=machine)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_budget_refusal_is_bad_input_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     caps: dict[str, Any] = {n.key: True for n in NEEDS}
-    _no_run(monkeypatch, caps)
+    machine = _no_run(monkeypatch, caps)
 
     def over_budget(point: Any, caps: Any, **kw: Any) -> None:
         raise BudgetError("needs 1.9 cores of 2 at a 75% budget")
 
     monkeypatch.setattr(pf_budget, "require_budget", over_budget)
     with pytest.raises(SpecError, match=r"1\.9 cores") as err:
-        run_mod.run_file(expand(DELAYED), tmp_path)
+        run_mod.run_file(expand(DELAYED), tmp_path, machine=machine)
     assert isinstance(err.value.__cause__, BudgetError)

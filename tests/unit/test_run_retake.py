@@ -22,6 +22,7 @@ SCENARIO = {
     "duration": "1s",
     "sweep": {"fabric.host_link.buffer": ["50KB", "100KB"]},
 }
+MACHINE = Machine(Capabilities())
 
 
 def fake_run(monkeypatch: pytest.MonkeyPatch, verdicts: list[bool | None]) -> list[dict[str, Any]]:
@@ -34,7 +35,6 @@ def fake_run(monkeypatch: pytest.MonkeyPatch, verdicts: list[bool | None]) -> li
         return run_mod.RunResult(out / f"run{n}", status, verdicts[n])
 
     monkeypatch.setattr(run_mod, "run_point", run_point)
-    monkeypatch.setattr(run_mod, "here", lambda: Machine(Capabilities()))
     # the checks pass: the plan of the fabric as it is, no port marked
     monkeypatch.setattr(point_mod, "plan_fabric", lambda spec, caps: FabricPlan(Topology(spec), (), PfcPlan((), ())))
     return calls
@@ -44,7 +44,7 @@ def test_an_unfaithful_point_is_retaken_once_and_the_first_record_is_named(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls = fake_run(monkeypatch, [True, False, True])
-    results = run_mod.run_file(expand(SCENARIO), tmp_path, retake_unfaithful=1)
+    results = run_mod.run_file(expand(SCENARIO), tmp_path, retake_unfaithful=1, machine=MACHINE)
     assert [r.path.name for r in results] == ["run0", "run2"]
     assert results[0].retaken == ()
     assert results[1].retaken == (tmp_path / "run1",) and results[1].faithful is True
@@ -55,7 +55,7 @@ def test_retakes_stop_at_the_limit_and_the_point_stays_unfaithful(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls = fake_run(monkeypatch, [False, False, False, True])
-    results = run_mod.run_file(expand(SCENARIO), tmp_path, retake_unfaithful=1)
+    results = run_mod.run_file(expand(SCENARIO), tmp_path, retake_unfaithful=1, machine=MACHINE)
     assert results[0].faithful is False and results[0].retaken == (tmp_path / "run0",)
     assert results[1].path.name == "run3" and results[1].retaken == (tmp_path / "run2",)
     assert len(calls) == 4
@@ -63,8 +63,8 @@ def test_retakes_stop_at_the_limit_and_the_point_stays_unfaithful(
 
 def test_no_retake_by_default_and_none_for_a_failed_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake_run(monkeypatch, [False, None])
-    results = run_mod.run_file(expand(SCENARIO), tmp_path)
+    results = run_mod.run_file(expand(SCENARIO), tmp_path, machine=MACHINE)
     assert [r.faithful for r in results] == [False, None] and all(r.retaken == () for r in results)
     calls = fake_run(monkeypatch, [None, True])
-    results = run_mod.run_file(expand(SCENARIO), tmp_path, retake_unfaithful=3)
+    results = run_mod.run_file(expand(SCENARIO), tmp_path, retake_unfaithful=3, machine=MACHINE)
     assert [r.status for r in results] == ["failed", "complete"] and len(calls) == 2

@@ -19,6 +19,7 @@ FAKE_TESTS = textwrap.dedent(
     import dataclasses
 
     import results.cli
+    import testbed.machine
     import testbed.run
     from results.record import RunRecord
 
@@ -31,7 +32,7 @@ FAKE_TESTS = textwrap.dedent(
         rec.finish("complete")
         return testbed.run.RunResult(rec.path, "complete", faithful)
 
-    def run_file(sf, out, lock_wait=0.0, retake_unfaithful=0):
+    def run_file(sf, out, lock_wait=0.0, retake_unfaithful=0, machine=None):
         results = []
         for point in sf.points:
             verdicts, retaken = list(TAKES[str(point.fabric.host_link.buffer)]), []
@@ -44,6 +45,7 @@ FAKE_TESTS = textwrap.dedent(
         return results
 
     testbed.run.run_file = run_file
+    testbed.machine.here = lambda env: None  # no probe: the fake run_file takes no machine
     results.cli.report_main = lambda argv: 0
 
     def test_sweep(experiment):
