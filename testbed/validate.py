@@ -23,7 +23,7 @@ from testbed.calibrate.cache import describe_status
 from testbed.errors import TestbedError
 from testbed.host.capabilities import Capabilities
 from testbed.host.machine import Machine
-from testbed.host.probe import QDISC_TRIALS
+from testbed.host.trials import QDISC_TRIALS
 from testbed.machine import probe, with_caps
 from testbed.plan import budget as pf_budget
 from testbed.plan.labels import variant_text
