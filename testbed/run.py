@@ -127,6 +127,7 @@ def run_point(plan: PointPlan, out: Path, lock_wait: float = 0.0, retake_of: lis
     ``retake_of`` names the earlier records of this point that failed a fidelity guardrail (manifest ``retake_of``)."""
     scenario, machine = plan.scenario, plan.machine
     record = _create_record(scenario, out, machine, plan.guest_fit, retake_of)
+    record.set("plan", plan.describe())
     extra_cc = job_ccs(scenario.workload)
     return _record_point(
         record,

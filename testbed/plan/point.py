@@ -64,6 +64,27 @@ class PointPlan:
     def telemetry(self) -> TelemetrySpec:
         return self.scenario.telemetry
 
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records under ``plan``: each port's decisions and each job's hosts and flows."""
+        ports = [
+            {
+                "port": p.name,
+                "tier": p.tier,
+                "leaf": p.leaf,
+                "marking": p.marking,
+                **({"marker_classes": [c.name for c, _ in p.marker_classes]} if p.marker_classes else {}),
+                "sampler_leaf": p.sampler_leaf,
+                "pfc": p.pfc,
+                "lb": p.lb,
+            }
+            for p in self.ports
+        ]
+        jobs = [
+            {"name": j.name, "kind": j.kind, "hosts": list(j.hosts), "flows": [list(f) for f in j.flows]}
+            for j in self.jobs
+        ]
+        return {"ports": ports, "jobs": jobs}
+
 
 def plan_point(point: Scenario, machine: Machine, budget: bool = True) -> PointPlan:
     """The point's plan; a SpecError (exit 2) whatever refuses it (a missing capability, a guest it does not fit,

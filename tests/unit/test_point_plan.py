@@ -174,3 +174,11 @@ def test_the_machine_keeps_only_the_context_it_was_given() -> None:
     (point,) = expand(SMALL_ECN).points
     verdict = plan_point(point, m).budget
     assert verdict is not None and verdict.budget == pytest.approx(0.75)  # the user's budget, from the machine
+
+
+def test_the_manifest_plan_lists_every_port_and_job() -> None:
+    plan = _plan(SMALL_ECN, caps())
+    d = json.loads(json.dumps(plan.describe()))
+    assert [p["port"] for p in d["ports"]] == [p.name for p in plan.topo.ports()]
+    assert {p["port"]: p["marking"] for p in d["ports"] if p["marking"] != "off"} == dict.fromkeys(HOST_PORTS, "kernel")
+    assert d["jobs"] == [{"name": "a", "kind": "iperf", "hosts": ["l1h1", "l2h1"], "flows": [["l1h1", "l2h1"]]}]
