@@ -156,7 +156,7 @@ def run_on_built(fab: Fabric, scenario: Scenario, out: Path, machine: Machine) -
     telemetry, fit_notes = guestfit.fit_telemetry(scenario.telemetry, machine.env)
     scenario = dataclasses.replace(scenario, telemetry=telemetry)
     record = _create_record(scenario, out, machine, fit_notes, None)
-    return _record_point(record, scenario, machine, lambda: contextlib.nullcontext(fab), fab.topo)
+    return _record_point(record, scenario, machine, lambda: contextlib.nullcontext(fab), fab.topo, check_jobs=True)
 
 
 def _create_record(
@@ -204,14 +204,16 @@ def _record_point(
     machine: Machine,
     fabric: Callable[[], AbstractContextManager[Fabric]],
     topo: Topology,
+    check_jobs: bool = False,
 ) -> RunResult:
-    """Run the point on ``fabric()`` (entered and left here) into ``record``, judge and summarize it."""
+    """Run the point on ``fabric()`` (entered and left here) into ``record``, judge and summarize it.
+    ``check_jobs``: refuse a job this machine cannot run first (a planned point's plan did that already)."""
     caps = machine.caps
     try:
         entry = manifest_entry(scenario.fabric, scenario.workload, caps, scenario.telemetry, env=machine.env, topo=topo)
         record.set("preflight", entry)
 
-        for i, job in enumerate(scenario.workload):  # refuse before building
+        for i, job in enumerate(scenario.workload if check_jobs else ()):  # refuse before building
             make_generator(job, i).check(caps)
         with fabric() as fab:
             _run_on_fabric(record, scenario, fab, caps)

@@ -1,8 +1,8 @@
 """A sweep point's plan (``plan_point``): every decision about the point made once, before anything is built, and
 handed to the builders. Whatever refuses the point refuses it here, as one ``SpecError`` line (exit 2): a missing
 capability or a marking this machine cannot do (``testbed.fabric.checks.plan_fabric``), a guest it does not fit,
-too many nodes or too long a workload (``bounds``), a kernel queue telemetry it cannot hold, too little CPU
-(``budget``). `run`, `cli`, the cluster's client and worker, and `validate` all plan every point before the first
+too many nodes or too long a workload (``bounds``), a kernel queue telemetry it cannot hold, a job this machine
+cannot run (its generator's ``check``), too little CPU (``budget``). `run`, `cli`, the cluster's client and worker, and `validate` all plan every point before the first
 one is built.
 """
 
@@ -24,6 +24,7 @@ from testbed.spec.scenario import Scenario, TelemetrySpec
 from testbed.spec.topology import Topology
 from testbed.telemetry.qtelem import DRAIN_S
 from testbed.telemetry.qtelem import check_config as check_qtelem
+from traffic.workload import make_generator
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,8 @@ def plan_point(point: Scenario, machine: Machine, budget: bool = True) -> PointP
                     "the kernel queue telemetry counts one queue per port; ports with traffic classes have one per "
                     "class: use the poller (leave bpf_queues out), whose rows hold each port's total",
                 )
+        for i, job in enumerate(point.workload):  # what each job needs of this machine (tools, congestion controls)
+            make_generator(job, i).check(caps)
         verdict = pf_budget.require_budget(point, caps, env=env, topo=topo) if budget else None
     except SpecError:
         raise

@@ -182,3 +182,12 @@ def test_the_manifest_plan_lists_every_port_and_job() -> None:
     assert [p["port"] for p in d["ports"]] == [p.name for p in plan.topo.ports()]
     assert {p["port"]: p["marking"] for p in d["ports"] if p["marking"] != "off"} == dict.fromkeys(HOST_PORTS, "kernel")
     assert d["jobs"] == [{"name": "a", "kind": "iperf", "hosts": ["l1h1", "l2h1"], "flows": [["l1h1", "l2h1"]]}]
+
+
+def test_a_job_this_machine_cannot_run_is_refused_by_the_plan() -> None:
+    data = json.loads(json.dumps(SMALL_ECN))
+    data["workload"][0]["cc"] = "bbr"
+    no_bbr = dataclasses.replace(caps(), cc={"cubic": True, "bbr": False})
+    with pytest.raises(SpecError, match=r"job a: congestion control bbr is not available"):
+        _plan(data, no_bbr)
+    assert _plan(data, dataclasses.replace(caps(), cc={"cubic": True, "bbr": True})).jobs[0].name == "a"
