@@ -49,6 +49,8 @@ from testbed.telemetry.canary import CanaryConfig, start_canary
 from testbed.telemetry.netstat import snapshot_hosts
 from testbed.telemetry.qslots import start_qslots
 from testbed.vm import run_in_guest
+from testbed.vm.kernel import kernel_cache
+from testbed.vm.tools import vng_venv
 from traffic.base import RunContext
 from traffic.iperf import fixed_client_ports
 from traffic.placement import SourcePorts
@@ -440,7 +442,13 @@ def _in_guest(args: RunOptions, kernel: str, env: Mapping[str, str]) -> int:
     argv += [arg for text in args.settings for arg in ("--set", text)]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     res = run_in_guest(
-        argv, kernel=kernel, rwdirs=[str(Path(args.out).resolve())], lock_wait=args.lock_wait, host_env=env
+        argv,
+        kernel=kernel,
+        rwdirs=[str(Path(args.out).resolve())],
+        lock_wait=args.lock_wait,
+        host_env=env,
+        cache=kernel_cache(env),
+        venv=vng_venv(env),
     )
     print(f"guest kernel {res.kernel_version} ({res.accel}), booted in {res.boot_s:.1f} s, exit {res.rc}")
     return int(res.rc)

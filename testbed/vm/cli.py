@@ -9,8 +9,8 @@ from pathlib import Path
 
 from testbed.vm.errors import VmError
 from testbed.vm.guest import run_in_guest
-from testbed.vm.kernel import ALIASES, ensure_kernel
-from testbed.vm.tools import ensure_guest_tools
+from testbed.vm.kernel import ALIASES, ensure_kernel, kernel_cache
+from testbed.vm.tools import ensure_guest_tools, vng_venv
 
 OUTPUT_FLAGS = ("-o", "--output", "--out", "--outdir", "--output-dir")
 CHECK_COMMAND = ["/usr/bin/python3", "-m", "testbed.vm.check"]
@@ -65,10 +65,12 @@ def parser() -> argparse.ArgumentParser:
 def vm_main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    env = os.environ  # `testbed vm`'s own environment, read here once
+    cache, venv = kernel_cache(env), vng_venv(env)
     try:
         if args.setup:
-            tools = ensure_guest_tools(install=not args.no_install)
-            k = ensure_kernel(args.kernel)
+            tools = ensure_guest_tools(venv, install=not args.no_install)
+            k = ensure_kernel(args.kernel, cache)
             print(
                 f"testbed vm: ready: {tools.vng}, {tools.qemu}, kernel {k.version} ({k.package} "
                 f"{k.package_version}) at {k.image}"
@@ -90,7 +92,9 @@ def vm_main(argv: list[str]) -> int:
             install=not args.no_install,
             bench_lock=args.bench_lock,
             lock_wait=args.lock_wait,
-            host_env=os.environ,
+            host_env=env,
+            cache=cache,
+            venv=venv,
         )
     except VmError as e:
         print(f"testbed vm: error: {e}", file=sys.stderr)

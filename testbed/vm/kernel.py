@@ -12,19 +12,27 @@ from __future__ import annotations
 import fcntl
 import json
 import lzma
-import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.vm.errors import KernelUnavailable
 
-DEFAULT_CACHE = Path(os.environ.get("TESTBED_KERNEL_CACHE", "/var/lib/testbed/kernels"))
+DEFAULT_CACHE = Path("/var/lib/testbed/kernels")
+CACHE_ENV = "TESTBED_KERNEL_CACHE"  # moves the cache; read by the entries (`testbed vm`, `testbed run --kernel`)
+
+
+def kernel_cache(env: Mapping[str, str]) -> Path:
+    """The kernel cache the entry's environment ``env`` names (``TESTBED_KERNEL_CACHE``), else ``DEFAULT_CACHE``."""
+    return Path(env.get(CACHE_ENV, str(DEFAULT_CACHE)))
+
+
 # alias -> the apt meta package whose dependency names the concrete kernel
 ALIASES: dict[str, str] = {"debian-6.1": "linux-image-amd64"}
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9-]*$")  # e.g. 6.1.0-57-amd64

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,8 +18,14 @@ from testbed.vm.errors import GuestToolsMissing
 
 APT_PACKAGES = ("qemu-system-x86", "busybox-static", "udev")
 VNG_VERSION = "1.42"  # the version the guest commands were tested with
-VNG_VENV = Path(os.environ.get("TESTBED_VNG_VENV", "/opt/testbed-vng"))
+VNG_VENV = Path("/opt/testbed-vng")
+VENV_ENV = "TESTBED_VNG_VENV"  # moves the guest tools' venv; read by the entries, as the kernel cache's
 QEMU = "qemu-system-x86_64"
+
+
+def vng_venv(env: Mapping[str, str]) -> Path:
+    """The guest tools' venv the entry's environment ``env`` names (``TESTBED_VNG_VENV``), else ``VNG_VENV``."""
+    return Path(env.get(VENV_ENV, str(VNG_VENV)))
 
 
 @dataclass(frozen=True)

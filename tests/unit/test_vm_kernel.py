@@ -99,3 +99,13 @@ def test_extract_vmlinux_says_no_when_nothing_is_compressed(tmp_path: Path) -> N
     bz.write_bytes(b"MZ" + b"\0" * 1000)
     assert not extract_vmlinux(bz, tmp_path / "vmlinux")
     assert not (tmp_path / "vmlinux").exists()
+
+
+def test_the_cache_is_moved_by_the_entrys_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed.vm.kernel import DEFAULT_CACHE, kernel_cache
+    from testbed.vm.tools import VNG_VENV, vng_venv
+
+    monkeypatch.setenv("TESTBED_KERNEL_CACHE", "/elsewhere")  # this process's environment is not read
+    assert kernel_cache({}) == DEFAULT_CACHE == Path("/var/lib/testbed/kernels")
+    assert kernel_cache({"TESTBED_KERNEL_CACHE": "/x/k"}) == Path("/x/k")
+    assert vng_venv({}) == VNG_VENV and vng_venv({"TESTBED_VNG_VENV": "/x/v"}) == Path("/x/v")
