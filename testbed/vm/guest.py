@@ -211,18 +211,18 @@ def run_in_guest(
 ) -> GuestResult:
     """Run ``argv`` in the guest kernel; raises VmError (one-line reason) if the guest itself fails.
 
-        ``host_env``: the host's settings the command inside reads as well (``FORWARDED_ENV``; the entry passes its
-        environment; None: none). ``cache``, ``venv``: the kernel cache and the guest tools' venv (the entry reads
+    ``host_env``: the host's settings the command inside reads as well (``FORWARDED_ENV``; the entry passes its
+    environment; None: none). ``cache``, ``venv``: the kernel cache and the guest tools' venv (the entry reads
     their overrides: ``testbed.vm.kernel.kernel_cache``, ``testbed.vm.tools.vng_venv``).
 
-        A command that fails is not an error: its exit code comes back in ``rc``. ``bench_lock`` holds
-        /run/testbed-bench.lock on the host for the guest's lifetime (TCG uses every core); leave it False when the
-        caller already holds it (a second open of the lock would wait on itself).
+    A command that fails is not an error: its exit code comes back in ``rc``. ``bench_lock`` holds
+    /run/testbed-bench.lock on the host for the guest's lifetime (TCG uses every core); leave it False when the
+    caller already holds it (a second open of the lock would wait on itself).
 
-        ``run_lock`` holds the host's run lock (/run/testbed/lock, ``testbed.host.ownership.RunLock``) for the guest's
-        lifetime, waiting up to ``lock_wait`` s for a native run to finish: under TCG QEMU uses every core, so no native
-        fabric may build (and measure) while a guest runs; a native run started meanwhile waits or is refused with
-        "another testbed run is active (... guest-kernel run)". The guest's own runs lock the guest's /run.
+    ``run_lock`` holds the host's run lock (/run/testbed/lock, ``testbed.host.ownership.RunLock``) for the guest's
+    lifetime, waiting up to ``lock_wait`` s for a native run to finish: under TCG QEMU uses every core, so no native
+    fabric may build (and measure) while a guest runs; a native run started meanwhile waits or is refused with
+    "another testbed run is active (... guest-kernel run)". The guest's own runs lock the guest's /run.
     """
     with ExitStack() as stack:
         stack.enter_context(sigterm_raises())  # first: the probe's and the guest's QEMU are killed on SIGTERM
