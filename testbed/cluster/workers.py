@@ -13,7 +13,6 @@ from testbed.host.machine import Machine
 from testbed.plan.point import plan_point
 from testbed.spec.fields import SpecError
 from testbed.spec.scenario import Scenario
-from traffic.workload import make_generator
 
 from .task import METRIC
 
@@ -50,13 +49,11 @@ class WorkerView:
 
 
 def refusal(point: Scenario, capabilities: Mapping[str, Any]) -> str | None:
-    """Why a worker with these capabilities cannot run ``point`` (None: it can). The CPU budget is the worker's
-    own preflight's to judge, with its calibration."""
+    """Why a worker with these capabilities cannot run ``point`` (None: it can): the point's plan on them. The CPU
+    budget is the worker's own plan's to judge, with its calibration."""
     caps = Capabilities.from_dict(capabilities)
     try:
-        plan_point(point, Machine(caps), budget=False)
-        for i, job in enumerate(point.workload):
-            make_generator(job, i).check(caps)
+        plan_point(point, Machine(caps), budget=False)  # the jobs' own needs too
     except (SpecError, TestbedError) as exc:
         return str(exc)
     return None
