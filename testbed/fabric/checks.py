@@ -104,7 +104,7 @@ def _port_plan(
         leaf = tc.droptail_leaf(p.link)[0]
     watched = any(q.router == p.node and q.dev == p.dev for q in pfc.queues)
     paused = any(f.upstream == p.node and f.upstream_dev == p.dev for f in pfc.feeds)
-    role = {(True, True): "watched, paused", (True, False): "watched", (False, True): "paused"}.get(
+    role = {(True, True): "watched and paused", (True, False): "watched", (False, True): "paused"}.get(
         (watched, paused), "none"
     )
     ecmp = any(p.dev == dev for r in topo.routes.get(p.node, []) if len(r.nexthops) > 1 for _, dev in r.nexthops)

@@ -29,9 +29,9 @@ class PortPlan:
     port with classes: ``bpf`` when the marker marks any of its classes, ``kernel`` when only RED leaves do).
     ``class_marking``: each class's (name, impl). ``marker_classes``: the classes the eBPF marker marks, with their
     HTB minors. ``sampler_leaf``: the tc handle whose backlog the queue sampler reads. ``pfc``: ``watched`` (a
-    router's lossless queue), ``paused`` (an upstream port that pauses for one), both, or ``none``. ``lb``: the
-    load balancing that spreads traffic over it (``ecmp.mode``) when it is one of its node's equal-cost next hops,
-    else ``single path``."""
+    router's lossless queue), ``paused`` (an upstream port that pauses for one), ``watched and paused``, or
+    ``none``. ``lb``: the load balancing that spreads traffic over it (``ecmp.mode``) when it is one of its node's
+    equal-cost next hops, else ``single path``."""
 
     name: str
     node: str
