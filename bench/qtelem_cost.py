@@ -49,10 +49,10 @@ def prog_stats() -> dict[str, tuple[int, int]]:
 
 
 def poller_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
-    from testbed import run
+    from testbed.plan import refs
     from testbed.telemetry import control
 
-    h = control.start_sampler(fab.procs, run._sampler_ports(fab), out, rate_hz=1000, link_hz=100, cpu_hz=10)
+    h = control.start_sampler(fab.procs, refs.sampler_ports(fab), out, rate_hz=1000, link_hz=100, cpu_hz=10)
     time.sleep(seconds)
     health = h.stop()
     return {"kind": "poller", "cpu_share": health["cpu_share"], "rate_hz": health["rate_hz_min"]}
@@ -61,8 +61,8 @@ def poller_run(fab: Fabric, out: Path, seconds: float) -> dict[str, Any]:
 def bpf_run(fab: Fabric, out: Path, seconds: float, slot_us: float, tree: Path | None = None) -> dict[str, Any]:
     """The kernel telemetry's cost over ``seconds``; its reader runs from source tree ``tree`` (default: this one),
     which loads that tree's build/bpf objects."""
-    from testbed import run
     from testbed.host import child
+    from testbed.plan import refs
     from testbed.spec.scenario import TelemetrySpec
     from testbed.telemetry.qslots import start_qslots
 
@@ -70,7 +70,9 @@ def bpf_run(fab: Fabric, out: Path, seconds: float, slot_us: float, tree: Path |
     home = child.REPO
     child.REPO = tree or home  # start_qslots runs ``python3 -m testbed.telemetry.qslots`` with cwd=REPO
     try:
-        h = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us)), out)
+        h = start_qslots(
+            fab.procs, refs.qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us).slot_ns), out
+        )
     finally:
         child.REPO = home
     u0, s0 = proc_cpu(h.proc.pid)
@@ -121,14 +123,14 @@ def agreement(out: Path) -> dict[str, Any]:
 
 
 def both_run(fab: Fabric, out: Path, seconds: float, slot_us: float) -> dict[str, Any]:
-    from testbed import run
+    from testbed.plan import refs
     from testbed.spec.scenario import TelemetrySpec
     from testbed.telemetry import control
     from testbed.telemetry.qslots import start_qslots
 
     out.mkdir(parents=True, exist_ok=True)
-    q = start_qslots(fab.procs, run._qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us)), out)
-    p = control.start_sampler(fab.procs, run._sampler_ports(fab), out, rate_hz=1000, link_hz=100, cpu_hz=10)
+    q = start_qslots(fab.procs, refs.qslots_config(fab, TelemetrySpec(bpf_queues=True, slot_us=slot_us).slot_ns), out)
+    p = control.start_sampler(fab.procs, refs.sampler_ports(fab), out, rate_hz=1000, link_hz=100, cpu_hz=10)
     time.sleep(seconds)
     p.stop()
     q.stop()

@@ -66,11 +66,11 @@ def start_traffic(fab: Fabric, seconds: float, tmp: Path) -> list[Any]:
 
 def one_run(fab: Fabric, tree: Path, out: Path, rate_hz: float, seconds: float) -> dict[str, Any]:
     """Start the sampler from source tree ``tree``, let it run ``seconds``, stop it -> summary of its cost."""
-    from testbed import run
+    from testbed.plan import refs
     from testbed.telemetry import control
 
     control.REPO = tree  # start_sampler runs ``python3 -m testbed.telemetry.sampler`` with cwd=REPO
-    handle = control.start_sampler(fab.procs, run._sampler_ports(fab), out, rate_hz=rate_hz, link_hz=100, cpu_hz=10)
+    handle = control.start_sampler(fab.procs, refs.sampler_ports(fab), out, rate_hz=rate_hz, link_hz=100, cpu_hz=10)
     u0, s0 = proc_cpu(handle.pid)
     t0 = time.monotonic()
     time.sleep(seconds)
@@ -94,14 +94,14 @@ def one_run(fab: Fabric, tree: Path, out: Path, rate_hz: float, seconds: float) 
 
 def profile(fab: Fabric, out: Path, rate_hz: float, seconds: float) -> None:
     """Run the Sampler loop in this process under cProfile and print the top functions by own time."""
-    from testbed import run
+    from testbed.plan import refs
     from testbed.telemetry.ports import SamplerConfig
     from testbed.telemetry.sampler import Sampler
 
-    cfg = SamplerConfig(ports=run._sampler_ports(fab), rate_hz=rate_hz, link_hz=100, cpu_hz=10)
+    cfg = SamplerConfig(ports=refs.sampler_ports(fab), rate_hz=rate_hz, link_hz=100, cpu_hz=10)
     out.mkdir(parents=True, exist_ok=True)
     sampler = Sampler(cfg, out)
-    timer = threading.Timer(seconds, lambda: setattr(sampler, "stop", True))
+    timer = threading.Timer(seconds, sampler.stop.set)
     prof = cProfile.Profile()
     ru0 = os.times()
     timer.start()

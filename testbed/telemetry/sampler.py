@@ -22,7 +22,6 @@ import json
 import math
 import os
 import resource
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.errors import TestbedError
-from testbed.host.child import child_main
+from testbed.host.child import StopFlag, child_main, stop_on_signals
 from testbed.spec.schemas import SCHEMAS
 from testbed.telemetry.bpfmarks import BpfMarks
 from testbed.telemetry.cpu import CPU_HEADER, CpuSampler
@@ -251,7 +250,7 @@ class Sampler:
     def __init__(self, cfg: SamplerConfig, out: Path, pollers: list[NsPoller] | None = None):
         """``pollers``: already opened ones (tests); by default ``open_pollers`` of the config."""
         self.cfg, self.out = cfg, Path(out)
-        self.stop = False
+        self.stop = StopFlag()
         self.pollers = open_pollers(cfg.ports, cfg.links_netns) if pollers is None else pollers
         self.qpollers = [pl for pl in self.pollers if pl.ports]
         self.queues = _Csv(self.out / "queues.csv", QUEUES_HEADER)
@@ -403,7 +402,7 @@ class Sampler:
         nxt = next_link = next_cpu = next_flush = next_sender = now
         next_cpu += cpu_period
         next_flush += flush_period
-        while not self.stop:
+        while not self.stop.is_set():
             self._queues()
             now = time.monotonic()
             if now >= next_link:
@@ -506,11 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     sampler = Sampler(cfg, args.out)
 
-    def on_signal(_sig: int, _frame: object) -> None:  # a plain attribute: a handler must take no lock (StopFlag)
-        sampler.stop = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    sampler.stop = stop_on_signals()
     if cfg.rt_priority:
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.rt_priority))

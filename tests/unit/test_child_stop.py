@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from testbed.host.child import StopFlag
+from testbed.host.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 LINES = 12  # more traced lines than one pass of StopFlag.wait's loop or threading.Event.wait has
@@ -82,11 +83,9 @@ def test_the_canary_child_stops_on_sigint_and_writes_its_health(tmp_path: Path) 
     argv = [sys.executable, "-m", "testbed.telemetry.canary", "--config", str(tmp_path / "cfg.json")]
     proc = subprocess.Popen([*argv, "--out", str(tmp_path)], cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 20.0
-        while not (tmp_path / "canary.ready").exists():  # the child's readiness is this file
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "canary not ready within 20 s"
-            time.sleep(0.01)
+        ready = tmp_path / "canary.ready"  # the child's readiness is this file
+        wait_until(lambda: ready.exists() or proc.poll() is not None, 20.0, "the canary's ready file")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signal.SIGINT)
         assert proc.wait(20.0) == 0
     finally:
