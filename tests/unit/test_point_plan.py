@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from testbed.spec.scenario import expand, load_scenario_file
 from testbed.spec.topology import Topology
 
 REPO = Path(__file__).resolve().parents[2]
-ARCHIVE = REPO / "tests" / "data" / "records.tar.xz"
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
 
 
@@ -44,15 +42,6 @@ def topologies(monkeypatch: pytest.MonkeyPatch) -> list[Topology]:
 
     monkeypatch.setattr(Topology, "__init__", counted)
     return made
-
-
-@pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    root = tmp_path_factory.mktemp("fixtures")
-    safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Debian 12's 3.11.2 has no filters
-    with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(root, **safe)  # type: ignore[arg-type]
-    return sorted((root / "records").iterdir())
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])

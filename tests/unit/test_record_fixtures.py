@@ -5,26 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import tarfile
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from results.fidelity import evaluate_run
 from results.metrics import summarize
 from results.record import load_run
-
-ARCHIVE = Path(__file__).resolve().parents[1] / "data" / "records.tar.xz"
-
-
-@pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    root = tmp_path_factory.mktemp("fixtures")
-    safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Debian 12's 3.11.2 has no filters
-    with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(root, **safe)  # type: ignore[arg-type]
-    return sorted((root / "records").iterdir())
 
 
 def differences(got: Any, want: Any, where: str = "") -> list[str]:
