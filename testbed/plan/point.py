@@ -95,7 +95,7 @@ def plan_point(point: Scenario, machine: Machine, budget: bool = True) -> PointP
     a worker by its capabilities, and the worker's own plan judges the budget."""
     caps, env = machine.caps, machine.env
     try:
-        fabric = plan_fabric(point.fabric, caps)
+        fabric = plan_fabric(point.fabric, caps, point.topology())  # the loader's address plan: drawn once
         topo = fabric.topo
         guestfit.check_fabric(point.fabric, env, topo)
         bounds.check_fabric_size(point.fabric)

@@ -114,6 +114,16 @@ class Scenario:
     placement: PlacementSpec = field(default_factory=PlacementSpec)  # who picks flows' source ports
     events: tuple[LinkEvent, ...] = ()  # scheduled link events (testbed.spec.events)
     label: str | None = None  # a name for the setting that changes nothing in the run (A/A sweeps)
+    # the address plan the loader drew for ``fabric`` (shared by the points whose fabric specs are equal): read it
+    # with ``topology()``
+    topo: Topology | None = field(default=None, compare=False, repr=False)
+
+    def topology(self) -> Topology:
+        """The address plan of this point's fabric, drawn once: the loader's, or a new one for a point whose fabric
+        was replaced after loading (a frozen spec's plan is a function of it, so an equal spec's plan serves)."""
+        if self.topo is not None and self.topo.spec == self.fabric:
+            return self.topo
+        return Topology(self.fabric)
 
 
 @dataclass(frozen=True)
@@ -132,7 +142,8 @@ def to_plain(obj: Any) -> Any:
     if isinstance(obj, Override):
         return {"selector": obj.selector, **{k: to_plain(v) for k, v in obj.values}}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "raw"}
+        skip = ("raw", "topo")  # a scenario's source data and its drawn address plan
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name not in skip}
     if isinstance(obj, (list, tuple)):
         return [to_plain(x) for x in obj]
     if isinstance(obj, dict):
@@ -189,7 +200,26 @@ def _brief(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = (), repeat_index: int = 0) -> Scenario:
+def _topology(fabric: FabricSpec, drawn: list[Topology]) -> Topology:
+    """The address plan of ``fabric``: one in ``drawn`` for an equal spec (the specs are frozen and the plan is a
+    function of the spec), else a new one, added to ``drawn``. A list, not a dict: an override's values may be
+    mappings, which do not hash."""
+    for topo in drawn:
+        if topo.spec == fabric:
+            return topo
+    topo = Topology(fabric)  # refuses overrides naming links that do not exist
+    drawn.append(topo)
+    return topo
+
+
+def build_scenario(
+    data: dict[str, Any],
+    variant: tuple[tuple[str, Any], ...] = (),
+    repeat_index: int = 0,
+    drawn: list[Topology] | None = None,
+) -> Scenario:
+    """One point. ``drawn``: the address plans drawn for the points before it, so that points with equal fabric
+    specs (a sweep over the workload, the repetitions) share theirs."""
     check_keys(data, SCENARIO_KEYS, "", {"name", "fabric"})
     name = data["name"]
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
@@ -198,7 +228,7 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         raise SpecError("fabric", f"expected a mapping (topology, spines, leaves, ...), got {data['fabric']!r}")
     fabric_raw, scale_notes = apply_scale(data["fabric"])
     fabric = FabricSpec.from_dict(fabric_raw, "fabric")
-    topo = Topology(fabric)  # refuses overrides naming links that do not exist
+    topo = _topology(fabric, [] if drawn is None else drawn)
     workload = parse_workload(data.get("workload", []) or [], "workload")
     if scale_notes:  # a trace's compute times stretch with the rates
         factor = float(scale_notes["factor"])
@@ -238,6 +268,7 @@ def build_scenario(data: dict[str, Any], variant: tuple[tuple[str, Any], ...] = 
         placement=placement,
         events=_events(data, topo, duration, scale_notes),
         label=_label(data.get("label")),
+        topo=topo,
     )
 
 
@@ -269,7 +300,8 @@ def expand(data: dict[str, Any]) -> ScenarioFile:
     sweep = data.pop("sweep", None) or {}
     if not isinstance(sweep, dict):
         raise SpecError("sweep", "expected a mapping of dotted key paths to lists of values")
-    base = build_scenario(data)
+    drawn: list[Topology] = []  # one address plan per distinct fabric spec, shared by its points
+    base = build_scenario(data, drawn=drawn)
     axes = []
     for key, values in sweep.items():
         if not isinstance(key, str) or not key:
@@ -289,7 +321,7 @@ def expand(data: dict[str, Any]) -> ScenarioFile:
             _set_path(point, key, copy.deepcopy(value))
         for r in range(base.repeat):
             try:
-                points.append(build_scenario(point, tuple(combo), r))
+                points.append(build_scenario(point, tuple(combo), r, drawn))
             except SpecError as exc:
                 where = ", ".join(f"{k}={_brief(v)}" for k, v in combo)
                 raise SpecError(exc.path, f"{exc.reason} (in sweep point {where})") from None

@@ -1,5 +1,6 @@
-"""A sweep point's plan (testbed.plan.point.plan_point), without root: the topology drawn once per point, every
-port's marking decided as the records say it was, and a refusal as one SpecError."""
+"""A sweep point's plan (testbed.plan.point.plan_point), without root: the topology drawn once per point from
+loading its file to its plan, every port's marking decided as the records say it was, and a refusal as one
+SpecError."""
 
 from __future__ import annotations
 
@@ -44,17 +45,46 @@ def topologies(monkeypatch: pytest.MonkeyPatch) -> list[Topology]:
     return made
 
 
+def _distinct(specs: list[Any]) -> list[Any]:
+    """Equal specs once (a fabric spec need not hash: an override's values may be mappings)."""
+    return [s for i, s in enumerate(specs) if s not in specs[:i]]
+
+
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
-def test_every_scenario_point_draws_its_topology_once(path: Path, topologies: list[Topology]) -> None:
-    for point in load_scenario_file(path).points:
-        topologies.clear()
+def test_every_scenario_point_draws_its_topology_once_from_its_file_to_its_plan(
+    path: Path, topologies: list[Topology]
+) -> None:
+    """From reading the file to each point's plan, one topology per point: the loader draws it (points whose fabric
+    specs are equal share it) and the plan takes it. The only other is the file's own fabric, checked before its
+    sweep, when no point keeps it."""
+    sf = load_scenario_file(path)
+    for point in sf.points:
+        before = len(topologies)
         try:
             plan = plan_point(point, Machine(caps()), budget=False)
-        except SpecError:  # refused here (e.g. the memory its nodes need): drawn once all the same
-            assert len(topologies) == 1
+        except SpecError:  # refused here (e.g. the memory its nodes need): planned on the loader's all the same
+            assert len(topologies) == before
             continue
-        assert len(topologies) == 1 and plan.topo is topologies[0]
+        assert len(topologies) == before and plan.topo is point.topo
         assert [p.name for p in plan.ports] == [p.name for p in plan.topo.ports()]
+    points = {id(p.topo) for p in sf.points}
+    assert len(points) == len(_distinct([p.fabric for p in sf.points]))
+    assert len({id(t) for t in topologies}) == len(topologies)  # none drawn twice
+    assert {id(t) for t in topologies} == points | {id(sf.base.topo)}
+
+
+def test_a_sweep_draws_one_topology_per_distinct_fabric(topologies: list[Topology]) -> None:
+    """Two buffers times two durations times two repetitions: eight points on two fabrics, so two topologies from
+    loading to the last plan (the file's own buffer is one of the two)."""
+    data = {**SMALL_ECN, "repeat": 2, "sweep": {"fabric.host_link.buffer": ["50KB", "100KB"], "duration": ["5s", "6s"]}}
+    sf = expand(data)
+    plans = [plan_point(point, Machine(caps()), budget=False) for point in sf.points]
+    assert len(plans) == 8 and len(topologies) == 2
+    assert [p.topo.spec for p in plans] == [p.fabric for p in sf.points]
+    assert plans[0].topo is plans[2].topo is plans[3].topo and plans[0].topo is not plans[4].topo
+    # a point whose fabric is replaced after loading gets its own fabric's plan, not the loader's
+    other = dataclasses.replace(sf.points[0], fabric=sf.points[4].fabric)
+    assert other.topology().spec == sf.points[4].fabric and len(topologies) == 3
 
 
 def test_the_fixture_records_points_plan_their_recorded_marking(
@@ -65,11 +95,11 @@ def test_the_fixture_records_points_plan_their_recorded_marking(
     assert len(records) == 15
     for rec in records:
         m = json.loads((rec / "manifest.json").read_text())
-        (point,) = expand(m["scenario_file"]).points
         machine = Machine(Capabilities.from_dict(m["capabilities"]))
         topologies.clear()
+        (point,) = expand(m["scenario_file"]).points
         plan = plan_point(point, machine, budget=False)
-        assert len(topologies) == 1, rec.name
+        assert topologies == [plan.topo], rec.name
         assert plan.fabric.marking() == {k: v for k, v in m["marking"].items() if k != "cc"}, rec.name
         assert plan.placement == m.get("placement", plan.placement), rec.name  # older records have none
 

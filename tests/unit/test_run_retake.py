@@ -14,7 +14,6 @@ from testbed.host.capabilities import Capabilities
 from testbed.host.machine import Machine
 from testbed.plan import point as point_mod
 from testbed.spec.scenario import expand
-from testbed.spec.topology import Topology
 
 SCENARIO = {
     "name": "retake",
@@ -36,7 +35,7 @@ def fake_run(monkeypatch: pytest.MonkeyPatch, verdicts: list[bool | None]) -> li
 
     monkeypatch.setattr(run_mod, "run_point", run_point)
     # the checks pass: the plan of the fabric as it is, no port marked
-    monkeypatch.setattr(point_mod, "plan_fabric", lambda spec, caps: FabricPlan(Topology(spec), (), PfcPlan((), ())))
+    monkeypatch.setattr(point_mod, "plan_fabric", lambda spec, caps, topo: FabricPlan(topo, (), PfcPlan((), ())))
     return calls
 
 
