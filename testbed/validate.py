@@ -83,7 +83,8 @@ def _verdict(point: Scenario, machine: Machine) -> PointPlan | str:
 def _load_line(point: Scenario, machine: Machine, plan: PointPlan | None) -> str:
     try:
         v = plan.budget if plan is not None and plan.budget is not None else None
-        v = v or pf_budget.check_budget(point, machine.caps, env=machine.env, topo=plan.topo if plan else None)
+        topo = plan.topo if plan is not None else point.topology()
+        v = v or pf_budget.check_budget(point, machine.caps, env=machine.env, topo=topo)
     except TestbedError as exc:
         return f"  CPU: not estimated ({exc})"
     e = v.estimate
@@ -122,7 +123,7 @@ def validate(path: str | Path, settings: Sequence[str] = (), out: TextIO | None 
         print(f"\nvariant {i}/{len(variants)}: {head}", file=out)
         verdicts = [_verdict(p, machine) for p in points]
         first = verdicts[0] if isinstance(verdicts[0], PointPlan) else None
-        for line in plan_lines(points[0], first.topo if first is not None else None):
+        for line in plan_lines(points[0], first.topo if first is not None else points[0].topology()):
             print(f"  {line}", file=out)
         for line in port_lines(first) if first is not None else []:
             print(f"  {line}", file=out)
