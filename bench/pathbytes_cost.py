@@ -12,6 +12,7 @@ flow (share of its payload rate), then the ratio of the means, on/off.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from typing import Any
 
@@ -61,4 +62,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from testbed.host.ownership import use_state_dir
+
+    use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
     raise SystemExit(main())

@@ -86,4 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from testbed.host.ownership import use_state_dir
+
+    use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
     sys.exit(main())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -56,4 +57,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from testbed.host.ownership import use_state_dir
+
+    use_state_dir(os.environ)  # this program's own entry: the host's run lock, held while a guest runs
     raise SystemExit(main())

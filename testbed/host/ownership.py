@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,25 @@ from testbed.errors import TestbedError
 from testbed.host import structops
 from testbed.host.staging import PREFIX, STAGE_ROOT, recover
 
-STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
+STATE_DIR_ENV = "TESTBED_STATE_DIR"  # moves the state files and the run lock (an entry reads it: use_state_dir)
+DEFAULT_STATE_DIR = Path("/run/testbed")
+STATE_DIR = DEFAULT_STATE_DIR  # this process's: the entries set it once, from their environment
 PREFIX_RE = re.compile(r"^tb[0-9a-f]{4}$")
 NETNS_RE = re.compile(r"^(tb[0-9a-f]{4})-[A-Za-z0-9_]+$")
+
+
+def state_dir(env: Mapping[str, str]) -> Path:
+    """Where the runs' state files and the run lock live: ``$TESTBED_STATE_DIR`` in the entry's ``env``, else
+    /run/testbed."""
+    return Path(env.get(STATE_DIR_ENV, str(DEFAULT_STATE_DIR)))
+
+
+def use_state_dir(env: Mapping[str, str]) -> Path:
+    """Set this process's state directory from its entry's environment (the CLI, the API, the pytest plugin and the
+    processes started as programs call it once, before anything locks, records or cleans a run); the directory."""
+    global STATE_DIR
+    STATE_DIR = state_dir(env)
+    return STATE_DIR
 
 
 class BusyError(TestbedError, RuntimeError):

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from testbed.host.ownership import use_state_dir
 from testbed.vm.errors import VmError
 from testbed.vm.guest import run_in_guest
 from testbed.vm.kernel import ALIASES, ensure_kernel, kernel_cache
@@ -66,6 +67,7 @@ def vm_main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     env = os.environ  # `testbed vm`'s own environment, read here once
+    use_state_dir(env)  # the host's run lock, held while the guest runs
     cache, venv = kernel_cache(env), vng_venv(env)
     try:
         if args.setup:

@@ -121,3 +121,23 @@ def test_run_state_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert back == st
     assert back.namespaces == ["tbabcd-l1"] and back.sysctls == [{"key": "net.ipv4.tcp_ecn", "original": "2"}]
     assert not list(tmp_path.glob("*.tmp"))  # written through a rename
+
+
+def test_the_state_directory_comes_from_the_entrys_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TESTBED_STATE_DIR moves the run lock and the state files: read from the environment an entry hands over (the
+    CLI's, the pytest plugin's), not when the module is imported."""
+    from testbed import cli, pytest_plugin
+
+    monkeypatch.setattr(ownership, "STATE_DIR", ownership.STATE_DIR)  # put back after the test
+    assert ownership.state_dir({}) == Path("/run/testbed")
+    assert ownership.use_state_dir({"TESTBED_STATE_DIR": str(tmp_path)}) == tmp_path
+    assert ownership.RunState("tbabcd", 1, 0.0).path == tmp_path / "tbabcd.json"
+
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "cli"))
+    assert cli.main(["validate", str(tmp_path / "none.yaml")]) == 2  # refused after the entry read it
+    assert ownership.STATE_DIR == tmp_path / "cli" and "does not exist" in capsys.readouterr().err
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "plugin"))
+    pytest_plugin.pytest_configure(None)  # type: ignore[arg-type]
+    assert ownership.STATE_DIR == tmp_path / "plugin"
