@@ -28,7 +28,8 @@ from results.metrics import finish_run
 from results.progress import Progress
 from results.record import RunRecord, load_run
 from testbed.fabric.build import Fabric
-from testbed.fabric_counters import record_counters, record_path_bytes
+from testbed.fabric.counters import Counters, path_bytes, read_counters
+from testbed.fabric.snapshot import sysctl_values, tc_text
 from testbed.failures import EventRunner, LinkFailures
 from testbed.host.capabilities import Capabilities
 from testbed.host.machine import Machine
@@ -55,15 +56,6 @@ from traffic.base import RunContext
 from traffic.iperf import fixed_client_ports
 from traffic.placement import SourcePorts
 from traffic.workload import make_generator, run_workload
-
-SYSCTLS = [
-    "net.ipv4.tcp_ecn",
-    "net.ipv4.tcp_congestion_control",
-    "net.ipv4.fib_multipath_hash_policy",
-    "net.ipv4.fib_multipath_hash_fields",
-    "net.ipv4.tcp_no_metrics_save",
-    "net.ipv4.ip_local_port_range",
-]
 
 
 @dataclass
@@ -93,29 +85,6 @@ def tool_versions() -> dict[str, str]:
         out["mininet"] = str(getattr(import_mininet(), "VERSION", "") or __import__("mininet.net").net.VERSION)
     except Exception:
         out["mininet"] = "not importable"
-    return out
-
-
-def tc_text(fab: Fabric) -> dict[str, str]:
-    """`tc -s qdisc show` of every router and host namespace."""
-    out = {}
-    for node in fab.topo.nodes:
-        cp = subprocess.run(["tc", "-n", fab.netns(node), "-s", "qdisc", "show"], capture_output=True, text=True)
-        out[node] = cp.stdout
-    return out
-
-
-def sysctl_values(fab: Fabric) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for node in fab.topo.nodes:
-        cp = subprocess.run(
-            ["ip", "netns", "exec", fab.netns(node), "sysctl", *SYSCTLS], capture_output=True, text=True
-        )
-        out[node] = dict(line.split(" = ", 1) for line in cp.stdout.splitlines() if " = " in line)
-    out["root"] = {
-        k: Path("/proc/sys", *k.split(".")).read_text().strip()
-        for k in ("net.ipv4.tcp_allowed_congestion_control", "net.ipv4.tcp_congestion_control")
-    }
     return out
 
 
@@ -326,14 +295,29 @@ def _run_on_fabric(record: RunRecord, scenario: Scenario, fab: Fabric, caps: Cap
         record.set("tc_after", tc_text(fab))
         jobs = {j.name for j in scenario.workload}  # a job run beside this one on the same fabric has its own record
         record.table("placement").write_many(r for r in ports.rows()[first_port:] if r["job"] in jobs)
-        path_counts = record_counters(record, fab)
+        counters = read_counters(fab)
+        _record_counters(record, counters)
     for table, rows in tables.items():
         w = record.table(table)
         for row in rows:
             w.write(row)
-    record_path_bytes(record, fab, path_counts, [*tables.get("flows", []), *tables.get("fct", [])])
+    path_rows, path_entry = path_bytes(fab, counters.paths, [*tables.get("flows", []), *tables.get("fct", [])])
+    if path_rows is not None:
+        record.table("path_bytes").write_many(path_rows)
+    record.set("path_bytes", path_entry)
     if event_errors:
         raise RuntimeError(f"a link event could not be applied: {event_errors[0]}")
+
+
+def _record_counters(record: RunRecord, c: Counters) -> None:
+    """The fabric's own counters at the run's end into the record: the manifest's ``flowlets``, classes.csv and
+    marks.csv (each only when the fabric has them)."""
+    if c.flowlets is not None:
+        record.set("flowlets", c.flowlets)
+    if c.classes:
+        record.table("classes").write_many(c.classes)
+    if c.marks is not None:
+        record.table("marks").write_many(c.marks)
 
 
 # One allocator per built fabric: a run on a fabric kept up (the lab CLI's `run JOB`) never binds a port that an earlier

@@ -49,7 +49,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "run",
         (
             "testbed.run",
-            "testbed.fabric_counters",
             "testbed.api",
             "testbed.cluster",
             "testbed.pytest_plugin",
