@@ -20,6 +20,7 @@ from bench.ring import RingResult, ring_trial
 from testbed.calibrate.rig import fabric_spec_dict
 from testbed.fabric import pathbytes
 from testbed.fabric.build import Fabric
+from testbed.host.ownership import use_state_dir
 from testbed.host.procs import run_checked
 from testbed.spec.fabric import FabricSpec
 
@@ -62,7 +63,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from testbed.host.ownership import use_state_dir
-
     use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
     raise SystemExit(main())

@@ -28,6 +28,7 @@ import numpy as np
 from bench.sampler_cost import SPEC, proc_cpu, start_traffic
 from testbed.bpf.bpfsys import _bpf
 from testbed.fabric.build import Fabric
+from testbed.host.ownership import use_state_dir
 from testbed.spec.fabric import FabricSpec
 
 BPF_ENABLE_STATS = 32
@@ -194,7 +195,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from testbed.host.ownership import use_state_dir
-
     use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
     raise SystemExit(main())

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.fabric.build import Fabric
+from testbed.host.ownership import use_state_dir
 from testbed.spec.fabric import FabricSpec
 
 SPEC: dict[str, Any] = {
@@ -191,7 +192,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from testbed.host.ownership import use_state_dir
-
     use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
     raise SystemExit(main())

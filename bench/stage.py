@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from testbed.host.ownership import use_state_dir
 from testbed.spec.scenario import ScenarioFile, expand
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "buffer_sizing.yaml"
@@ -86,7 +87,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from testbed.host.ownership import use_state_dir
-
     use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
     sys.exit(main())

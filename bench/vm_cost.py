@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed.host.ownership import use_state_dir
 from testbed.vm import ensure_kernel, run_in_guest
 from testbed.vm.guest import BENCH_LOCK
 
@@ -57,7 +58,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from testbed.host.ownership import use_state_dir
-
     use_state_dir(os.environ)  # this program's own entry: the host's run lock, held while a guest runs
     raise SystemExit(main())
