@@ -53,7 +53,9 @@ def mark_rows(counted: Mapping[tuple[str, str], Mapping[str, int]]) -> list[Row]
     ]
 
 
-def path_bytes(fab: Fabric, counted: PathCounts | None, flows: Iterable[Mapping[str, Any]]) -> tuple[list[Row] | None, Row]:
+def path_bytes(
+    fab: Fabric, counted: PathCounts | None, flows: Iterable[Mapping[str, Any]]
+) -> tuple[list[Row] | None, Row]:
     """path_bytes.csv's rows (each flow's bytes per top-tier router; None when nothing was counted) and the
     manifest's ``path_bytes`` entry (its status, and the summary when counted)."""
     if counted is None:
