@@ -137,7 +137,7 @@ def test_the_state_directory_comes_from_the_entrys_environment(
 
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "cli"))
     assert cli.main(["validate", str(tmp_path / "none.yaml")]) == 2  # refused after the entry read it
-    assert ownership.STATE_DIR == tmp_path / "cli" and "does not exist" in capsys.readouterr().err
+    assert tmp_path / "cli" == ownership.STATE_DIR and "does not exist" in capsys.readouterr().err
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "plugin"))
     pytest_plugin.pytest_configure(None)  # type: ignore[arg-type]
-    assert ownership.STATE_DIR == tmp_path / "plugin"
+    assert tmp_path / "plugin" == ownership.STATE_DIR
