@@ -20,8 +20,8 @@ from bench.ring import RingResult, ring_trial
 from testbed.calibrate.rig import fabric_spec_dict
 from testbed.fabric import pathbytes
 from testbed.fabric.build import Fabric
-from testbed.host.ownership import use_state_dir
 from testbed.host.procs import run_checked
+from testbed.invocation import enter
 from testbed.spec.fabric import FabricSpec
 
 
@@ -63,5 +63,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
+    enter(os.environ)  # this program's own entry: where its fabrics' run lock is
     raise SystemExit(main())

@@ -28,7 +28,7 @@ import numpy as np
 from bench.sampler_cost import SPEC, proc_cpu, start_traffic
 from testbed.bpf.bpfsys import _bpf
 from testbed.fabric.build import Fabric
-from testbed.host.ownership import use_state_dir
+from testbed.invocation import enter
 from testbed.spec.fabric import FabricSpec
 
 BPF_ENABLE_STATS = 32
@@ -195,5 +195,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
+    enter(os.environ)  # this program's own entry: where its fabrics' run lock is
     raise SystemExit(main())

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.fabric.build import Fabric
-from testbed.host.ownership import use_state_dir
+from testbed.invocation import enter
 from testbed.spec.fabric import FabricSpec
 
 SPEC: dict[str, Any] = {
@@ -192,5 +192,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
+    enter(os.environ)  # this program's own entry: where its fabrics' run lock is
     raise SystemExit(main())

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from testbed.host.ownership import use_state_dir
+from testbed.invocation import enter
 from testbed.spec.scenario import ScenarioFile, expand
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "buffer_sizing.yaml"
@@ -87,5 +87,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    use_state_dir(os.environ)  # this program's own entry: where its fabrics' run lock is
+    enter(os.environ)  # this program's own entry: where its fabrics' run lock is
     sys.exit(main())

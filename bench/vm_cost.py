@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from testbed.host.ownership import use_state_dir
+from testbed.invocation import enter
 from testbed.vm import ensure_kernel, run_in_guest
 from testbed.vm.guest import BENCH_LOCK
 
@@ -58,5 +58,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    use_state_dir(os.environ)  # this program's own entry: the host's run lock, held while a guest runs
+    enter(os.environ)  # this program's own entry: the host's run lock, held while a guest runs
     raise SystemExit(main())

@@ -84,10 +84,23 @@ class Handover:
         return [path]
 
 
+SUDO_KEYS = ("SUDO_UID", "SUDO_GID")
+_invoker: dict[str, str] = {}  # the entry's SUDO_UID and SUDO_GID (``use_invoker``); empty: nothing handed over
+
+
+def use_invoker(env: Mapping[str, str]) -> None:
+    """Take the user sudo ran this process for from its entry's environment (the CLI, the API, the pytest plugin
+    and the programs that write records call it once, before the first record), so that this layer reads no
+    environment of its own."""
+    _invoker.clear()
+    _invoker.update({k: env[k] for k in SUDO_KEYS if k in env})
+
+
 def plan(target: Path, env: Mapping[str, str] | None = None) -> Handover | None:
     """Before creating ``target`` (a directory, and any missing parents): the handover of what will be made there,
-    or None when the rule above gives nothing to hand over."""
-    ids = _sudo_ids(os.environ if env is None else env)
+    or None when the rule above gives nothing to hand over. ``env``: the invoker's ids, else the entry's
+    (``use_invoker``)."""
+    ids = _sudo_ids(_invoker if env is None else env)
     if ids is None:
         return None
     path = Path(os.path.abspath(target))

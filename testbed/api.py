@@ -67,13 +67,13 @@ def make_fabric(scenario: Scenario | str | Path | dict[str, Any], lock_wait: flo
     always tears it down; before that, the run's own checks refuse what this machine cannot run (capabilities,
     the CPU budget, the bounds) as a SpecError. ``lock_wait``: seconds to wait for another run's lock. Root."""
     from testbed.fabric.build import Fabric
-    from testbed.host.ownership import use_state_dir
+    from testbed.invocation import enter
     from testbed.machine import here
     from testbed.plan.point import plan_point
     from testbed.run import job_ccs
 
     point = _scenario(scenario)
-    use_state_dir(os.environ)  # the caller's environment, read here: where the run lock and state files are
+    enter(os.environ)  # the caller's environment, read here: where the run lock and state files are
     machine = here(os.environ)
     plan = plan_point(point, machine)
     return Fabric(
@@ -114,11 +114,11 @@ def run_sweep(
     """Run every point of a scenario's sweep, each on a fabric of its own, as ``testbed run`` does (every point is
     checked before the first is built), and return ``load_sweep`` of the records written. A failed point keeps its
     row, with its ``status``. Root; a stock-kernel scenario runs in a guest, which only ``testbed run`` starts."""
-    from testbed.host.ownership import use_state_dir
+    from testbed.invocation import enter
     from testbed.machine import here
     from testbed.run import run_file
 
-    use_state_dir(os.environ)  # the caller's environment, read here: where the run lock and state files are
+    enter(os.environ)  # the caller's environment, read here: where the run lock and state files are
     sf = expand(scenario) if isinstance(scenario, dict) else load_scenario_file(scenario)
     if sf.base.kernel != "native":
         raise SpecError("kernel", f"{sf.base.kernel}: a guest kernel's scenario runs with `testbed run`, not here")

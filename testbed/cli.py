@@ -246,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     if why:  # root, or the emulation modules on this interpreter: one line, before any import fails
         print(why, file=sys.stderr)
         return 2
-    from testbed.host.ownership import use_state_dir
+    from testbed.invocation import enter
 
-    use_state_dir(os.environ)  # where runs lock and keep their state: the command's environment, read here once
+    enter(os.environ)  # where runs lock and keep their state: the command's environment, read here once
     if argv and argv[0] in PASSTHROUGH:  # these parse their own options (before or after positionals)
         return _guarded(PASSTHROUGH[argv[0]], argparse.Namespace(rest=argv[1:]))
     args = parser().parse_args(argv)

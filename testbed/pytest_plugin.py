@@ -23,9 +23,9 @@ BENCH_LOCK = Path("/run/testbed-bench.lock")
 
 def pytest_configure(config: pytest.Config) -> None:
     """Where the tests' runs lock and keep their state: the session's environment, read once (as the CLI does)."""
-    from testbed.host.ownership import use_state_dir
+    from testbed.invocation import enter
 
-    use_state_dir(os.environ)
+    enter(os.environ)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from testbed.calibrate.cache import CACHE, load, save
 from testbed.calibrate.record import Calibration, Machine
 from testbed.calibrate.trials import measure
-from testbed.host.ownership import use_state_dir
+from testbed.invocation import enter
 
 
 def format_calibration(cal: Calibration) -> str:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for another run's lock")
     ap.add_argument("--cache", type=Path, default=CACHE, help=f"where the calibration is kept (default {CACHE})")
     args = ap.parse_args(argv)
-    use_state_dir(os.environ)  # `python3 -m testbed.calibrate` starts here: its run lock's directory
+    enter(os.environ)  # `python3 -m testbed.calibrate` starts here: its run lock's directory
     if args.predict:
         from testbed.calibrate.cache import current_model
         from testbed.plan.budget import cpu_budget

@@ -71,11 +71,11 @@ def main(argv: list[str]) -> int:
     try:
         die_with_parent(parent)
         task = json.loads((scratch / "point.json").read_text())
-        from testbed.host.ownership import use_state_dir
+        from testbed.invocation import enter
         from testbed.machine import here
         from testbed.run import run_file  # after the signal is armed: importing the run takes a second
 
-        use_state_dir(os.environ)  # this child's own entry: the worker's run lock and state files
+        enter(os.environ)  # this child's own entry: the worker's run lock and state files
         results = run_file(
             point_from_task(task),
             scratch / "runs",

@@ -50,8 +50,8 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeOwners:
     monkeypatch.setattr(handover, "_owner", owners.owner)
     monkeypatch.setattr(os, "chown", owners.chown)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setenv("SUDO_UID", str(USER))
-    monkeypatch.setenv("SUDO_GID", str(GROUP))
+    monkeypatch.setattr(handover, "_invoker", {})  # the entry's ids, restored after the test
+    handover.use_invoker({"SUDO_UID": str(USER), "SUDO_GID": str(GROUP)})
     return owners
 
 
@@ -125,11 +125,11 @@ def test_nothing_is_given_outside_the_rule(
     if case == "not root":
         monkeypatch.setattr(os, "geteuid", lambda: USER)
     elif case == "no sudo":
-        monkeypatch.delenv("SUDO_UID")
+        handover.use_invoker({"SUDO_GID": str(GROUP)})
     elif case == "sudo to root":
-        monkeypatch.setenv("SUDO_UID", "0")
+        handover.use_invoker({"SUDO_UID": "0", "SUDO_GID": "0"})
     elif case == "bad SUDO_UID":
-        monkeypatch.setenv("SUDO_UID", "alice")
+        handover.use_invoker({"SUDO_UID": "alice", "SUDO_GID": str(GROUP)})
     elif case == "root's tree":  # /tmp, /run, /var/lib: root's all the way up
         parent = tmp_path / "system" / "runs"
     elif case == "another user's directory":
@@ -143,6 +143,21 @@ def test_nothing_is_given_outside_the_rule(
 def test_without_sudo_gid_the_group_is_left_alone(
     fake: FakeOwners, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("SUDO_GID")
+    handover.use_invoker({"SUDO_UID": str(USER)})
     plan = handover.plan(tmp_path / "home" / "new")
     assert plan == handover.Handover(USER, -1, (tmp_path / "home" / "new",))
+
+
+def test_the_records_owner_is_the_entrys_not_this_layers_environment(
+    fake: FakeOwners, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """results/ reads no environment: a SUDO_UID set after the entry read its own changes nothing, and the CLI's
+    entry (testbed.invocation.enter) is what hands the user's ids to this layer."""
+    from testbed.invocation import enter
+
+    monkeypatch.setattr("testbed.host.ownership.STATE_DIR", tmp_path / "state")
+    handover.use_invoker({})
+    monkeypatch.setenv("SUDO_UID", str(USER))
+    assert handover.plan(tmp_path / "home" / "new") is None  # the entry saw no sudo
+    enter({"SUDO_UID": str(USER), "SUDO_GID": str(GROUP), "TESTBED_STATE_DIR": str(tmp_path / "state")})
+    assert handover.plan(tmp_path / "home" / "new") == handover.Handover(USER, GROUP, (tmp_path / "home" / "new",))

@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "testbed.run",
             "testbed.api",
+            "testbed.invocation",
             "testbed.cluster",
             "testbed.pytest_plugin",
             "bench",
