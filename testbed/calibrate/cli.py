@@ -11,9 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from testbed.calibrate.cache import CACHE, load, save
 from testbed.calibrate.record import Calibration, Machine
@@ -50,70 +48,6 @@ def format_calibration(cal: Calibration) -> str:
     return "\n".join(lines)
 
 
-def predict_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """Every point of every scenario file: its predicted load against the budget (with this machine's model)."""
-    from testbed.calibrate.cache import current_model
-    from testbed.host.capabilities import Capabilities
-    from testbed.plan.budget import check_budget
-    from testbed.plan.labels import variant_text
-    from testbed.spec.scenario import load_scenario_file
-
-    caps = Capabilities(cpus=os.cpu_count() or 1)
-    model = current_model()
-    out = []
-    for path in paths:
-        sf = load_scenario_file(path)
-        for point in sf.points:
-            v = check_budget(point, caps, model, env=os.environ)
-            e = v.estimate
-            out.append(
-                {
-                    "file": Path(path).name,
-                    "point": variant_text(point) or "-",
-                    "kernel": point.kernel,
-                    "mtu": point.fabric.mtu,
-                    "rate_mbit": point.fabric.host_link.rate_bps / 1e6,
-                    "flows": e.flows,
-                    "forwarding": e.load,
-                    "sampler": e.sampler_load,
-                    "total": e.total,
-                    "peak": e.peak,
-                    "budget": v.budget,
-                    "fits": v.fits,
-                    "max_rate_mbit": None if v.max_rate_bps is None else v.max_rate_bps / 1e6,
-                    "calibrated": model.calibrated,
-                }
-            )
-    return out
-
-
-def format_predictions(rows: list[dict[str, Any]]) -> str:
-    head = ("scenario", "point", "MTU", "Mbit/s", "flows", "fwd", "sampler", "total", "peak", "verdict")
-    table = [head]
-    for r in rows:
-        verdict = (
-            "fits" if r["fits"] else f"REFUSED (max {r['max_rate_mbit']:g} Mbit/s)" if r["max_rate_mbit"] else "REFUSED"
-        )
-        if r["kernel"] == "stock":
-            verdict += " (guest kernel: not this calibration)"
-        table.append(
-            (
-                r["file"],
-                r["point"][:60],
-                str(r["mtu"]),
-                f"{r['rate_mbit']:g}",
-                str(r["flows"]),
-                f"{r['forwarding']:.0%}",
-                f"{r['sampler']:.0%}",
-                f"{r['total']:.0%}",
-                f"{r['peak']:.0%}",
-                verdict,
-            )
-        )
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="testbed calibrate", description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -127,13 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     enter(os.environ)  # `python3 -m testbed.calibrate` starts here: its run lock's directory
     if args.predict:
         from testbed.calibrate.cache import current_model
+        from testbed.host.capabilities import Capabilities
+        from testbed.host.machine import Machine as Here
         from testbed.plan.budget import cpu_budget
+        from testbed.plan.predict import format_predictions, predict_rows
 
-        rows = predict_rows(args.predict)
+        here = Here.from_env(Capabilities(cpus=os.cpu_count() or 1), os.environ)  # the command's own context
+        rows = predict_rows(args.predict, here, current_model())
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
-        print(f"budget {cpu_budget(os.environ):.0%} of the machine; model: {current_model().source}")
+        print(f"budget {cpu_budget(here.env):.0%} of the machine; model: {current_model().source}")
         print(format_predictions(rows))
         return 0
     if args.show:
