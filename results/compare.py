@@ -59,6 +59,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cpu_mean", "CPU mean", "%"),
     ("cpu_saturated_share", "CPU saturated", "%"),
     ("harness_cpu_share", "harness CPU", "%"),
+    ("machine_stalled_share", "machine stalled", "%"),
 )
 _SCALE = {"Mb/s": 1e-6, "ms": 1e3, "KB": 1e-3, "%": 100.0, "x": 1.0, "n": 1.0, "s": 1.0}
 

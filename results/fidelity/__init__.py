@@ -29,6 +29,8 @@ Checks (thresholds in ``Thresholds``):
   the verdict as a warning (``waived_by``, listed in ``warnings``) and does not make the run unfaithful.
 - ``pfc`` (runs with lossless classes): the PFC controller reacted within the time the headroom was sized for
   (``results.fidelity.pfc``).
+- ``machine_stalls`` (runs with the per-CPU canary): the run's stall figures (each event, the share of the window
+  stalled, the steal share), and no stall that could have moved its figures (``results.fidelity.machine``).
 - ``stalls`` and ``slow_iterations`` (runs whose rank workers had the stall watchdog, stalls.csv): every flow that
   went two RTOs without progress has a cause in the record, and the experiment made it; every iteration over
   ``slow_iter_factor`` x its job's median has a cause (``results.fidelity.stalls``).
@@ -46,6 +48,7 @@ import pandas as pd
 
 from results.checks import Rows, Thresholds, as_frame, check, verdict, waive
 from results.fidelity.gaps import check_dequeue_gaps
+from results.fidelity.machine import check_machine_stalls
 from results.fidelity.pfc import check_pfc
 from results.fidelity.senders import check_senders
 from results.fidelity.stalls import check_slow_iterations, check_stalls
@@ -332,13 +335,17 @@ def evaluate(
     pauses: Rows = (),
     pfc: Mapping[str, Any] | None = None,
     stall_tables: StallTables | None = None,
+    machine_stalls: Mapping[str, Any] | None = None,
+    cpu_stalls: Rows = (),
+    steps: Rows = (),
 ) -> dict[str, Any]:
     """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span.
     ``pauses`` (pauses.csv): PFC pauses, not busy time for bottleneck_rate; ``pfc`` (manifest ``pfc``): its check.
     ``senders`` (senders.csv) and ``flows``: the sender_backlog check, left out when ``senders`` is None.
     ``qtelem_health`` (the kernel telemetry's, manifest ``qtelem_health``): the dequeue_gap check, which, when it
     passes, turns a failed cpu_saturation into a warning: the packets left on time although the cores were busy.
-    ``stall_tables`` (a record with stalls.csv): the stalls and slow_iterations checks."""
+    ``stall_tables`` (a record with stalls.csv): the stalls and slow_iterations checks. ``machine_stalls`` (the
+    canary's health, manifest ``machine_stalls``) with ``cpu_stalls`` and ``steps``: the machine_stalls check."""
     q, lk, c = as_frame(queues), as_frame(links), as_frame(cpu)
     cpu_check = check_cpu(c, th, window)
     checks = [
@@ -347,6 +354,8 @@ def evaluate(
         check_sampler(sampler_health, q, th, window),
         check_gso(q, ports, packet_level, th.gso_share_max),
     ]
+    if machine_stalls is not None:
+        checks.append(check_machine_stalls(cpu_stalls, machine_stalls, window, steps, ports, th))
     if senders is not None:
         checks.append(check_senders(senders, flows, th, senders_watched))
     if pfc is not None:
@@ -393,6 +402,10 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
     if manifest.get("pfc") is not None:  # lossless classes: PFC's pauses and its check
         kw.setdefault("pauses", run.table("pauses"))
         kw.setdefault("pfc", manifest["pfc"])
+    if manifest.get("machine_stalls") is not None:  # the canary watched the CPUs
+        kw.setdefault("machine_stalls", manifest["machine_stalls"])
+        kw.setdefault("cpu_stalls", run.table("cpu_stalls"))
+        kw.setdefault("steps", run.table("steps"))
     if "stalls" in (manifest.get("tables") or {}):  # the rank workers had the stall watchdog
         kw.setdefault("stall_tables", stall_tables(run))
     verdict = evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)

@@ -352,6 +352,21 @@ def cpu(run: Run, s: Summary) -> None:
             s.put(name, float(value), n=count)
 
 
+def machine_stalls(run: Run, s: Summary) -> None:
+    """The stall figures of the traffic window (the machine_stalls guardrail's): the share of it some CPU did not
+    run (or the kernel's steal share, where larger), and the longest stall event."""
+    checks = {c.get("name"): c for c in (run.manifest.get("fidelity") or {}).get("checks") or []}
+    c = checks.get("machine_stalls") or {}
+    fig = c.get("details") or {}
+    if c.get("value") is None or not fig:
+        why = "no machine_stalls check in the manifest's fidelity (no canary, or recorded before it)"
+        s.na("machine_stalled_share", why)
+        s.na("machine_stall_max_s", why)
+        return
+    s.put("machine_stalled_share", float(c["value"]), n=len(fig.get("events") or []))
+    s.put("machine_stall_max_s", float(fig.get("longest_s") or 0.0), n=len(fig.get("events") or []))
+
+
 def _fabric_metrics() -> list[Callable[[Run, Summary], None]]:
     return [
         metrics_fabric.queues,
@@ -366,7 +381,7 @@ def summarize(run: Run) -> dict[str, Any]:
     s = Summary()
     s.update({"schema": SUMMARY_SCHEMA, "run_id": run.run_id, "status": run.status})
     for fn in [goodput, collectives, metrics_trace.slowest_collective, fct, rtt, traffic_matrix, duration, cpu,
-               *_fabric_metrics()]:  # fmt: skip
+               machine_stalls, *_fabric_metrics()]:  # fmt: skip
         fn(run, s)
     return s.finished()
 
@@ -445,4 +460,6 @@ METRICS = (
     "cpu_mean",
     "cpu_saturated_share",
     "harness_cpu_share",
+    "machine_stalled_share",
+    "machine_stall_max_s",
 )

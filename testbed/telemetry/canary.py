@@ -58,6 +58,18 @@ def unexplained(late_s: float, waited_s: float) -> float:
     return max(0.0, late_s - waited_s)
 
 
+def steal_s(stat: str, cpus: tuple[int, ...], hz: float) -> dict[int, float]:
+    """Each CPU's steal time in seconds from /proc/stat's text: the time the hypervisor ran something else while
+    this vCPU wanted to run (the eighth value of a ``cpuN`` line, in clock ticks). An empty mapping when the kernel
+    does not count it (fewer fields)."""
+    out: dict[int, float] = {}
+    for line in stat.splitlines():
+        head, *vals = line.split()
+        if head.startswith("cpu") and head[3:].isdigit() and int(head[3:]) in cpus and len(vals) >= 8:
+            out[int(head[3:])] = int(vals[7]) / hz
+    return out
+
+
 def _run_delay_s(fd: int) -> float:
     """A thread's total time spent runnable but not running: its schedstat's second field (ns), read with one
     pread on a descriptor kept open (an open and a close per tick would double the canary's cost)."""
@@ -111,12 +123,22 @@ class Canary:
         return time.monotonic() - t0
 
 
-def health(rows: list[dict[str, Any]], ticks: dict[int, int], cpu_s: float, wall_s: float, cfg: CanaryConfig) -> dict:
-    """The manifest's ``machine_stalls``: per CPU its stalls, their total and longest, and the canary's cost."""
+def health(
+    rows: list[dict[str, Any]],
+    ticks: dict[int, int],
+    cpu_s: float,
+    wall_s: float,
+    cfg: CanaryConfig,
+    steal: dict[int, float] | None = None,
+) -> dict:
+    """The manifest's ``machine_stalls``: per CPU its stalls, their total and longest, the steal time the kernel
+    counted over the canary's life (``steal_s``, absent where the kernel counts none), and the canary's cost."""
     per: dict[str, dict[str, Any]] = {}
     for cpu, n in sorted(ticks.items()):
         mine = [r["stalled_s"] for r in rows if r["cpu"] == cpu]
         per[str(cpu)] = {"ticks": n, "stalls": len(mine), "stalled_s": sum(mine), "max_s": max(mine, default=0.0)}
+        if steal is not None and cpu in steal:
+            per[str(cpu)]["steal_s"] = steal[cpu]
     return {
         "period_s": cfg.period_s,
         "min_stall_s": cfg.min_stall_s,
@@ -130,15 +152,19 @@ def health(rows: list[dict[str, Any]], ticks: dict[int, int], cpu_s: float, wall
 
 def run(cfg: CanaryConfig, out: Path, stop: StopFlag | threading.Event) -> dict[str, Any]:
     canary = Canary(cfg, stop)
+    hz = float(os.sysconf("SC_CLK_TCK"))
+    steal0 = steal_s(Path("/proc/stat").read_text(), canary.cpus, hz)
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     wall = canary.run(out / "canary.ready")
     r1 = resource.getrusage(resource.RUSAGE_SELF)
+    steal1 = steal_s(Path("/proc/stat").read_text(), canary.cpus, hz)
+    steal = {c: steal1[c] - steal0[c] for c in steal1 if c in steal0}
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     with open(out / "cpu_stalls.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(sorted(canary.rows, key=lambda r: r["t"]))
-    h = health(canary.rows, canary.ticks, cpu, wall, cfg)
+    h = health(canary.rows, canary.ticks, cpu, wall, cfg, steal)
     (out / "canary_health.json").write_text(json.dumps(h, indent=1) + "\n")
     return h
 
