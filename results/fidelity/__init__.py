@@ -48,7 +48,7 @@ import pandas as pd
 
 from results.checks import Rows, Thresholds, as_frame, check, verdict, waive
 from results.fidelity.gaps import check_dequeue_gaps
-from results.fidelity.machine import check_machine_stalls
+from results.fidelity.machine import check_machine_stalls, stall_events
 from results.fidelity.pfc import check_pfc
 from results.fidelity.senders import check_senders
 from results.fidelity.stalls import check_slow_iterations, check_stalls
@@ -338,6 +338,7 @@ def evaluate(
     machine_stalls: Mapping[str, Any] | None = None,
     cpu_stalls: Rows = (),
     steps: Rows = (),
+    qslots: Rows = (),
 ) -> dict[str, Any]:
     """Every guardrail over one run's tables; ``window`` (t0, t1) limits them to the traffic's time span.
     ``pauses`` (pauses.csv): PFC pauses, not busy time for bottleneck_rate; ``pfc`` (manifest ``pfc``): its check.
@@ -345,7 +346,8 @@ def evaluate(
     ``qtelem_health`` (the kernel telemetry's, manifest ``qtelem_health``): the dequeue_gap check, which, when it
     passes, turns a failed cpu_saturation into a warning: the packets left on time although the cores were busy.
     ``stall_tables`` (a record with stalls.csv): the stalls and slow_iterations checks. ``machine_stalls`` (the
-    canary's health, manifest ``machine_stalls``) with ``cpu_stalls`` and ``steps``: the machine_stalls check."""
+    canary's health, manifest ``machine_stalls``) with ``cpu_stalls`` and ``steps``: the machine_stalls check; with
+    ``qslots`` (the kernel telemetry's slots) too, the dequeue_gap check sets apart the late gaps of its stalls."""
     q, lk, c = as_frame(queues), as_frame(links), as_frame(cpu)
     cpu_check = check_cpu(c, th, window)
     checks = [
@@ -365,7 +367,9 @@ def evaluate(
         checks.append(check_stalls(stall_tables, th=th, judged=judged))
         checks.append(check_slow_iterations(stall_tables, q, th, judged))
     if qtelem_health is not None:
-        gaps = check_dequeue_gaps(qtelem_health, ports, th)
+        per_cpu = (machine_stalls or {}).get("per_cpu") or {}
+        stalls = stall_events(cpu_stalls, len(per_cpu)) if per_cpu else []
+        gaps = check_dequeue_gaps(qtelem_health, ports, th, qslots, stalls)
         checks.append(gaps)
         if gaps["ok"] is True and cpu_check["ok"] is False:
             waive(cpu_check, gaps["name"])
@@ -406,6 +410,8 @@ def evaluate_run(run: Any, sampler_health: Mapping[str, Any] | None = None, **kw
         kw.setdefault("machine_stalls", manifest["machine_stalls"])
         kw.setdefault("cpu_stalls", run.table("cpu_stalls"))
         kw.setdefault("steps", run.table("steps"))
+        if manifest.get("qtelem_health") is not None and len(kw["cpu_stalls"]):  # late gaps of those stalls
+            kw.setdefault("qslots", run.table("qslots"))
     if "stalls" in (manifest.get("tables") or {}):  # the rank workers had the stall watchdog
         kw.setdefault("stall_tables", stall_tables(run))
     verdict = evaluate(run.table("queues"), run.table("links"), run.table("cpu"), ports, sampler_health, **kw)

@@ -67,6 +67,7 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], str]] = {
             "deq_bytes",
             "drops",
             "marks",
+            "late",
             "soj_n",
             *(f"soj_b{b}" for b in range(16)),
         ),

@@ -158,7 +158,7 @@ def run(cfg: CanaryConfig, out: Path, stop: StopFlag | threading.Event) -> dict[
     wall = canary.run(out / "canary.ready")
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     steal1 = steal_s(Path("/proc/stat").read_text(), canary.cpus, hz)
-    steal = {c: steal1[c] - steal0[c] for c in steal1 if c in steal0}
+    steal = {c: round(steal1[c] - steal0[c], 6) for c in steal1 if c in steal0}  # whole ticks, as /proc/stat counts
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     with open(out / "cpu_stalls.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)

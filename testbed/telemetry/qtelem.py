@@ -48,7 +48,7 @@ SLOT_DTYPE = np.dtype(
     [
         ("slot", "<u8"),
         ("port", "<u4"),
-        ("events", "<u4"),
+        ("late", "<u4"),
         ("backlog_max", "<u4"),
         ("backlog_min", "<u4"),
         ("qlen_max", "<u4"),

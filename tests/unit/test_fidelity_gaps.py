@@ -92,3 +92,30 @@ def test_the_kernels_exact_count_is_used_where_the_record_has_it() -> None:
     assert g["late_share"] == 0.003 and g["late_edge_us"] == 121.1  # not the histogram's 200 from 64 us
     old = port_gaps(_health(200)["ports"]["s1:s1-l2"], RATE, 1500)
     assert old is not None and old["late_exact"] is False and old["late_share"] == 0.02
+
+
+def _exact(late: int, n: int = 10_000, port: str = "s1:s1-l2") -> dict:
+    """``n`` gaps at ``port`` of which the kernel counted ``late`` late by a frame time, in 100 us slots."""
+    hist = _hist({3: n // 2}, {3: n - n // 2 - late, 7: late})
+    stats = {"gap_n": n, "gap_hist": hist, "gap_mean_abs_us": 5.0, "gap_late": late, "gap_late_us": 121.1}
+    return {"source": "bpf", "slot_us": 100.0, "ports": {port: stats}}
+
+
+def _slots(late_at: dict[float, int], port: str = "s1:s1-l2") -> list[dict]:
+    node, dev = port.split(":")
+    return [{"t": t, "node": node, "dev": dev, "late": n} for t, n in late_at.items()]
+
+
+def test_late_gaps_during_a_machine_stall_are_set_apart_and_the_rest_judged() -> None:
+    from results.fidelity.machine import StallEvent
+
+    stall = StallEvent(10.0, 10.012, (0,), 0.0)  # a CPU stopped for 12 ms
+    slots = _slots({10.0001: 300, 10.01205: 100, 15.0: 40})  # in it, the slot after its end, and far from it
+    c = check_dequeue_gaps(_exact(440), PORTS, qslots=slots, stalls=[stall])
+    d = c["details"]["s1:s1-l2"]
+    assert d["late_in_stalls"] == 400 and d["late_share"] == 0.004  # the 40 far from any stall are judged
+    assert c["ok"] is True and "400 late gaps during machine stalls set apart" in c["reason"]
+    alone = check_dequeue_gaps(_exact(440), PORTS, qslots=slots)  # no stall seen: every late gap judged
+    assert alone["ok"] is False and alone["details"]["s1:s1-l2"]["late_in_stalls"] == 0
+    late = check_dequeue_gaps(_exact(540), PORTS, qslots=_slots({10.0001: 300, 15.0: 240}), stalls=[stall])
+    assert late["ok"] is False and late["value"] == 0.024  # 240 late gaps no stall explains

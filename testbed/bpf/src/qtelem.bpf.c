@@ -53,7 +53,7 @@ struct port_cfg {
 struct slot {
 	__u64 slot;   /* time slot number: ktime ns / slot_ns */
 	__u32 port;   /* the port id, with SLOT_SOJ */
-	__u32 events;
+	__u32 late;   /* dequeue gaps in this slot late by the port's late_ns (the gap check's, by time) */
 	__u32 backlog_max;
 	__u32 backlog_min;
 	__u32 qlen_max;
@@ -272,7 +272,6 @@ static __always_inline void account(struct port_state *st, struct Qdisc *q, __u3
 	__u64 drops = q->qstats.drops;
 	__u32 qlen = q->q.qlen;
 
-	st->cur.events++;
 	if (backlog > st->cur.backlog_max)
 		st->cur.backlog_max = backlog;
 	if (backlog < st->cur.backlog_min)
@@ -472,8 +471,10 @@ int BPF_PROG(qt_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int pa
 
 		if (i < GAP_BUCKETS)
 			st->gap[i]++;
-		if (cfg->late_ns && gap >= ideal + cfg->late_ns)
+		if (cfg->late_ns && gap >= ideal + cfg->late_ns) {
 			st->gap_late++;
+			st->cur.late++;
+		}
 		st->gap_n++;
 		st->gap_sum_abs_ns += dev;
 	}
