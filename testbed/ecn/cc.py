@@ -162,10 +162,14 @@ class CongestionControl:
                 sysctl_write(ALLOWED, " ".join(current + missing))
                 self.added += missing
 
+    def namespace_defaults(self, cc: str, ecn: bool) -> dict[str, str]:
+        """A namespace's net.ipv4.tcp_congestion_control and tcp_ecn for ``cc`` (its kernel name in this run)."""
+        return {"net.ipv4.tcp_congestion_control": self.kernel_name(cc), "net.ipv4.tcp_ecn": "1" if ecn else "0"}
+
     def set_namespace_default(self, netns: str, cc: str, ecn: bool) -> None:
         """net.ipv4.tcp_congestion_control and tcp_ecn inside the namespace (they die with it)."""
-        sysctl_write("net.ipv4.tcp_congestion_control", self.kernel_name(cc), netns)
-        sysctl_write("net.ipv4.tcp_ecn", "1" if ecn else "0", netns)
+        for key, value in self.namespace_defaults(cc, ecn).items():
+            sysctl_write(key, value, netns)
 
     def close(self, wait_s: float = 10.0) -> None:
         """Unregister the struct_ops DCTCP, restore the allowed list exactly. Call after the run's namespaces are

@@ -36,9 +36,9 @@ from testbed.fabric.routing import (
 )
 from testbed.host.capabilities import Capabilities
 from testbed.host.mininet_compat import import_mininet
-from testbed.host.ownership import RunLock, RunState, delete_netns
+from testbed.host.netns import configure as configure_netns
+from testbed.host.ownership import RunLock, RunState, delete_namespaces
 from testbed.host.procs import ProcessGroup, run_checked
-from testbed.host.sysctls import set_in_netns
 from testbed.spec.fabric import FabricSpec
 from testbed.spec.placement import EPHEMERAL
 from testbed.spec.topology import HostInfo, Port
@@ -176,12 +176,14 @@ class Fabric:
         assert self.state is not None
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False)
         self._net = net
+        attach = []
         for name in self.topo.nodes:
             node = net.addHost(name, cls=Host)
             self.state.add("pids", node.pid)
             ns = self.netns(name)
             self.state.add("namespaces", ns)  # written down first: a Ctrl-C right after the attach still deletes it
-            run_checked(["ip", "netns", "attach", ns, str(node.pid)])
+            attach.append(f"netns attach {ns} {node.pid}")
+        run_checked(["ip", "-batch", "-"], input="\n".join(attach) + "\n")  # one process names them all
         for lk in self.topo.links:
             net.addLink(lk.a, lk.b, intfName1=lk.a_dev, intfName2=lk.b_dev)
         self.hosts = {name: replace(h, netns=self.netns(name)) for name, h in self.topo.hosts.items()}
@@ -201,26 +203,18 @@ class Fabric:
                     f"addr add {p.addr}/{p.prefixlen} dev {p.dev}",
                     f"link set dev {p.dev} up",
                 ]
+            # its addresses, then its routes (their next hops are on its own links): one `ip` process per node
+            ip_lines += route_commands(self.topo.routes.get(name, []))
             run_checked(["ip", "-n", ns, "-batch", "-"], input="\n".join(ip_lines) + "\n")
-            if node.is_router:
-                set_in_netns(ns, rsys)
-            else:
-                set_in_netns(ns, HOST_SYSCTLS)
-                self._set_host_cc(ns)
-            for p in ports:  # GRO would glue forwarded packets into super-packets in the next queue
-                run_checked(
-                    ["ip", "netns", "exec", ns, "ethtool", "-K", p.dev, "gro", "off", "tso", "off", "gso", "off"]
-                )
+            sysctls = rsys if node.is_router else {**HOST_SYSCTLS, **self._host_cc()}
+            # GRO would glue forwarded packets into super-packets in the next queue: offloads off on every port
+            configure_netns(ns, sysctls, [p.dev for p in ports])
             tc_lines = [line for p in ports for line in tc.port_tc_lines(p, self._leaf_builder(p))]
             if tc_lines:
                 run_checked(["tc", "-n", ns, "-batch", "-"], input="\n".join(tc_lines) + "\n")
             lossy = [p for p in ports if p.link.loss > 0]
             if lossy:
                 run_checked(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=tc.loss_nft_rules("testbed", lossy))
-        for name, routes in self.topo.routes.items():
-            lines = route_commands(routes)
-            if lines:
-                run_checked(["ip", "-n", self.netns(name), "-batch", "-"], input="\n".join(lines) + "\n")
         if spec.ecmp.mode != "static":
             self._way_tables()
         self._apply_delay()
@@ -349,9 +343,10 @@ class Fabric:
             raise RuntimeError("the fabric is not built")
         return self._cc.kernel_name(cc)
 
-    def _set_host_cc(self, ns: str) -> None:
+    def _host_cc(self) -> dict[str, str]:
+        """A host namespace's congestion control and ECN sysctls."""
         assert self._cc is not None
-        self._cc.set_namespace_default(ns, self.spec.transport.cc, self.spec.transport.ecn)
+        return self._cc.namespace_defaults(self.spec.transport.cc, self.spec.transport.ecn)
 
     # --- teardown ----------------------------------------------------------------------------------------------
     def teardown(self) -> None:
@@ -376,8 +371,8 @@ class Fabric:
             net, self._net = self._net, None
             step("stop Mininet nodes", lambda: _terminate_all(net.hosts))
         if self.state is not None:
-            for ns in reversed(self.state.namespaces):
-                step(f"delete netns {ns}", _bind(delete_netns, ns))
+            names = list(reversed(self.state.namespaces))
+            step("delete namespaces", lambda: delete_namespaces(names))
         if self._cc is not None:
             step("restore congestion control", self._cc.close)
             self._cc = None
@@ -407,7 +402,3 @@ class Fabric:
 def _terminate_all(nodes: list[Any]) -> None:
     for node in nodes:
         node.terminate()
-
-
-def _bind(fn: Callable[[str], None], arg: str) -> Callable[[], None]:
-    return lambda: fn(arg)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.host import structops
+from testbed.host import netns, structops
 from testbed.host.staging import PREFIX, STAGE_ROOT, recover
 
 STATE_DIR_ENV = "TESTBED_STATE_DIR"  # moves the state files and the run lock (an entry reads it: use_state_dir)
@@ -171,27 +171,37 @@ def _kill(pid: int) -> None:
             pass
 
 
-def _netns_pids(name: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
-    return [int(pid) for pid in out.split()]
-
-
 def delete_netns(name: str, wait_s: float = 5.0) -> None:
-    """Kill every process inside the named namespace, abort its TCP sockets, then delete it (its interfaces go
-    with it).
+    """``delete_namespaces`` of one namespace."""
+    delete_namespaces([name], wait_s)
+
+
+def delete_namespaces(names: list[str], wait_s: float = 5.0) -> None:
+    """Kill every process inside the named namespaces, abort their TCP sockets, then delete them (their interfaces
+    go with them), in the order given. Raises, after trying every one, naming those that could not be deleted.
 
     A killed sender's socket lives on as an orphan that retries its unsent data for minutes after the namespace is
     deleted, and holds what it uses meanwhile (a run's BPF struct_ops DCTCP stays, unfreeable). ``ss -K``
     (SOCK_DESTROY) aborts those sockets while the namespace can still be named; a kernel built without
-    CONFIG_INET_DIAG_DESTROY refuses it, and its orphans go when their retries run out.
+    CONFIG_INET_DIAG_DESTROY refuses it, and its orphans go when their retries run out. A namespace without any TCP
+    socket (a router's) needs no ``ss``.
     """
-    for pid in _netns_pids(name):
-        _kill(pid)
+    for pids in netns.holders(names).values():
+        for pid in pids:
+            _kill(pid)
     deadline = time.monotonic() + wait_s
-    while _netns_pids(name) and time.monotonic() < deadline:  # a killed process closes its sockets as it exits
+    while any(netns.holders(names).values()) and time.monotonic() < deadline:  # a killed process closes its sockets
         time.sleep(0.01)
-    subprocess.run(["ss", "-N", name, "-K", "-t", "-a"], capture_output=True)
-    subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    failed = []
+    for name in names:
+        try:
+            if netns.has_tcp_sockets(name):
+                subprocess.run(["ss", "-N", name, "-K", "-t", "-a"], capture_output=True)
+            netns.remove(name)
+        except OSError as exc:
+            failed.append(f"{name}: {exc}")
+    if failed:
+        raise netns.NetnsError("could not delete " + "; ".join(failed))
 
 
 def undo(state: RunState, log: list[str]) -> None:

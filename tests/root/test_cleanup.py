@@ -226,9 +226,10 @@ def test_killed_run_leaves_no_struct_ops_or_allowed_cc(tmp_path: Path) -> None:
     assert Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text() == allowed
 
 
-def test_ctrl_c_right_after_a_namespace_is_attached_leaves_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Ctrl-C test once left `tbXXXX-l2`: the build named a namespace only after attaching it, so a
-    SIGINT between the two left it to `testbed clean`. Here the interrupt comes right after the third attach."""
+def test_ctrl_c_right_after_the_namespaces_are_attached_leaves_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C test once left `tbXXXX-l2`: the build named a namespace only after attaching it, so a SIGINT
+    between the two left it to `testbed clean`. The build now writes every name down, then attaches them all in one
+    `ip -batch`; here the interrupt comes right after that batch."""
     from testbed.fabric import build
     from testbed.fabric.build import Fabric
     from testbed.spec.fabric import FabricSpec
@@ -238,16 +239,16 @@ def test_ctrl_c_right_after_a_namespace_is_attached_leaves_none(monkeypatch: pyt
 
     def attach_then_interrupt(argv: list[str], *args: object, **kwargs: object) -> object:
         out = real(argv, *args, **kwargs)
-        if argv[:3] == ["ip", "netns", "attach"]:
-            attached.append(argv[3])
-            if len(attached) == 3:
-                raise KeyboardInterrupt
+        lines = str(kwargs.get("input") or "").splitlines()
+        if argv == ["ip", "-batch", "-"] and lines and all(ln.startswith("netns attach ") for ln in lines):
+            attached.extend(ln.split()[2] for ln in lines)
+            raise KeyboardInterrupt
         return out
 
     monkeypatch.setattr(build, "run_checked", attach_then_interrupt)
     fab = Fabric(FabricSpec.from_dict({"spines": 1, "leaves": 2, "hosts_per_leaf": 1}), lock_wait=300)
     with pytest.raises(KeyboardInterrupt):
         fab.build()
-    assert len(attached) == 3
+    assert len(attached) == 5
     left = set(attached) & set(list_netns())
     assert not left, f"namespaces left after the interrupted build: {sorted(left)}"
