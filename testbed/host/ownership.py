@@ -194,6 +194,8 @@ def delete_namespaces(names: list[str], wait_s: float = 5.0) -> None:
         time.sleep(0.01)
     failed = []
     for name in names:
+        if not (netns.NETNS_DIR / name).exists():  # never attached (a build interrupted before), or gone already
+            continue
         try:
             if netns.has_tcp_sockets(name):
                 subprocess.run(["ss", "-N", name, "-K", "-t", "-a"], capture_output=True)

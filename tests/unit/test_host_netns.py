@@ -37,3 +37,10 @@ def test_a_namespace_that_does_not_exist_is_one_error_naming_it() -> None:
     with pytest.raises(netns.NetnsError, match="tbzz-none"):
         netns.in_netns("tbzz-none", lambda: None)
     assert netns.holders(["tbzz-none"]) == {}
+
+
+def test_deleting_a_namespace_that_was_never_attached_is_not_an_error() -> None:
+    """A build interrupted between writing a name down and attaching it leaves a name with no namespace."""
+    from testbed.host.ownership import delete_namespaces
+
+    delete_namespaces(["tbzz-never-attached"], wait_s=0.0)
