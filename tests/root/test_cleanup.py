@@ -252,3 +252,29 @@ def test_ctrl_c_right_after_the_namespaces_are_attached_leaves_none(monkeypatch:
     assert len(attached) == 5
     left = set(attached) & set(list_netns())
     assert not left, f"namespaces left after the interrupted build: {sorted(left)}"
+
+
+def test_ctrl_c_before_the_namespaces_are_attached_leaves_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C while the nodes are being made: some names are written down but not attached yet. The teardown
+    deletes what exists, skips the names with no namespace, and leaves none of the run's."""
+    from mininet.net import Mininet
+
+    from testbed.fabric.build import Fabric
+    from testbed.spec.fabric import FabricSpec
+
+    made: list[str] = []
+    real = Mininet.addHost
+
+    def third_interrupts(self: Mininet, name: str, *args: object, **kwargs: object) -> object:
+        if len(made) == 2:
+            raise KeyboardInterrupt
+        made.append(name)
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Mininet, "addHost", third_interrupts)
+    fab = Fabric(FabricSpec.from_dict({"spines": 1, "leaves": 2, "hosts_per_leaf": 1}), lock_wait=300)
+    with pytest.raises(KeyboardInterrupt):
+        fab.build()
+    assert len(made) == 2
+    prefix = fab.prefix
+    assert prefix is not None and not [ns for ns in list_netns() if ns.startswith(f"{prefix}-")]
