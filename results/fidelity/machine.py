@@ -88,12 +88,12 @@ def stall_events(cpu_stalls: Rows, n_cpus: int, window: tuple[float, float] | No
 
 
 def stall_figures(
-    cpu_stalls: Rows, health: Mapping[str, Any], window: tuple[float, float] | None = None
+    events: Sequence[StallEvent], health: Mapping[str, Any], window: tuple[float, float] | None = None
 ) -> dict[str, Any]:
-    """The run's stall figures: each event (its start from the window's, in s), the stalled share of the window
-    (some CPU stopped), the time every CPU was, the longest event and the kernel's steal share per CPU."""
+    """The run's stall figures from its ``events`` (``stall_events`` over ``window``): each event (its start from
+    the window's, in s), the stalled share of the window (some CPU stopped), the time every CPU was, the longest
+    event and the kernel's steal share per CPU."""
     per = health.get("per_cpu") or {}
-    events = stall_events(cpu_stalls, len(per), window)
     span = (window[1] - window[0]) if window is not None else float(health.get("wall_s") or 0.0)
     t0 = window[0] if window is not None else (events[0].t_start if events else 0.0)
     wall = float(health.get("wall_s") or 0.0)
@@ -156,8 +156,8 @@ def check_machine_stalls(
     name, limit = "machine_stalls", round(1.0 - th.rate_min, 6)
     if not health or not health.get("per_cpu"):
         return check(name, None, None, limit, "no machine-stall canary in this record")
-    fig = stall_figures(cpu_stalls, health, window)
     events = stall_events(cpu_stalls, len(health["per_cpu"]), window)
+    fig = stall_figures(events, health, window)
     steal = max(fig["steal_share"].values(), default=0.0)
     share = max(fig["stalled_share"], steal)
     outlasted = steps_outlasted(events, steps, ports)

@@ -327,11 +327,16 @@ def duration(run: Run, s: Summary) -> None:
         s.put("traffic_duration_s", window[1] - window[0])
 
 
+def _fidelity_check(run: Run, name: str) -> dict[str, Any]:
+    """The guardrail ``name`` as the manifest's fidelity verdict holds it (empty when the run has none)."""
+    checks = (run.manifest.get("fidelity") or {}).get("checks") or []
+    return next((c for c in checks if c.get("name") == name), {})
+
+
 def cpu(run: Run, s: Summary) -> None:
     """The machine's CPU over the traffic window (the fidelity check's reading of cpu.csv) and the harness's own
     share of it (manifest ``cpu_budget``)."""
-    checks = {c.get("name"): c for c in (run.manifest.get("fidelity") or {}).get("checks") or []}
-    sat = checks.get("cpu_saturation") or {}
+    sat = _fidelity_check(run, "cpu_saturation")
     budget = run.manifest.get("cpu_budget") or {}
     details = sat.get("details") or {}
     mean = details.get("mean_busy", budget.get("busy_share"))
@@ -355,8 +360,7 @@ def cpu(run: Run, s: Summary) -> None:
 def machine_stalls(run: Run, s: Summary) -> None:
     """The stall figures of the traffic window (the machine_stalls guardrail's): the share of it some CPU did not
     run (or the kernel's steal share, where larger), and the longest stall event."""
-    checks = {c.get("name"): c for c in (run.manifest.get("fidelity") or {}).get("checks") or []}
-    c = checks.get("machine_stalls") or {}
+    c = _fidelity_check(run, "machine_stalls")
     fig = c.get("details") or {}
     if c.get("value") is None or not fig:
         why = "no machine_stalls check in the manifest's fidelity (no canary, or recorded before it)"

@@ -94,7 +94,7 @@ def test_a_record_without_the_canary_is_not_judged_and_evaluate_runs_the_check()
 
 
 def test_figures_count_events_from_the_windows_start() -> None:
-    fig = stall_figures([stall(1, T0 + 4.0, 0.015)], health(), WINDOW)
+    fig = stall_figures(stall_events([stall(1, T0 + 4.0, 0.015)], 2, WINDOW), health(), WINDOW)
     assert fig["events"] == [{"t": 4.0, "duration_s": 0.015, "cpus": [1], "all_cpus_s": 0.0}]
     assert fig["stalled_share"] == pytest.approx(0.0015) and fig["longest_s"] == pytest.approx(0.015)
 
