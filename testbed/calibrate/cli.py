@@ -67,11 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         from testbed.plan.predict import format_predictions, predict_rows
 
         here = Here.from_env(Capabilities(cpus=os.cpu_count() or 1), os.environ)  # the command's own context
-        rows = predict_rows(args.predict, here, current_model())
+        model = current_model()
+        rows = predict_rows(args.predict, here, model)
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
-        print(f"budget {cpu_budget(here.env):.0%} of the machine; model: {current_model().source}")
+        print(f"budget {cpu_budget(here.env):.0%} of the machine; model: {model.source}")
         print(format_predictions(rows))
         return 0
     if args.show:

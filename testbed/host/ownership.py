@@ -212,10 +212,10 @@ def undo(state: RunState, log: list[str]) -> None:
         if _alive(pid):
             _kill(pid)
             log.append(f"killed pid {pid}")
-    for ns in reversed(state.namespaces):
-        if ns in list_netns():
-            delete_netns(ns)
-            log.append(f"deleted netns {ns}")
+    present = set(list_netns())
+    gone = [ns for ns in reversed(state.namespaces) if ns in present]
+    delete_namespaces(gone)  # all at once: one pass over /proc finds their processes
+    log += [f"deleted netns {ns}" for ns in gone]
     for so in reversed(state.struct_ops):
         kind, _, what = so.partition(" ")
         ids = structops.registered().get(what, []) if kind == "cc" else [int(what)]
@@ -263,11 +263,9 @@ def clean(quiet: bool = False) -> list[str]:
         undo(state, log)
         path.unlink(missing_ok=True)
         log.append(f"removed state of run {state.prefix}")
-    for ns in list_netns():
-        m = NETNS_RE.match(ns)
-        if m and m.group(1) not in live:
-            delete_netns(ns)
-            log.append(f"deleted netns {ns} (prefix of a dead run)")
+    dead = [ns for ns in list_netns() if (m := NETNS_RE.match(ns)) and m.group(1) not in live]
+    delete_namespaces(dead)
+    log += [f"deleted netns {ns} (prefix of a dead run)" for ns in dead]
     log += clean_stages()
     if not quiet:
         for line in log:
